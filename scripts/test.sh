@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install mlx_kvq with everything its tests need, then run them: every notebook (as nbdev-test does)
+# and the tests in tests/. Extra arguments go to pytest, e.g. `bash scripts/test.sh --flags slow`.
+# `--install-only` stops after installing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENBLAS=/usr/lib/x86_64-linux-gnu/libopenblas.so.0
+if [ "$(uname -s)" = Linux ] && [ ! -e "$OPENBLAS" ] && command -v apt-get >/dev/null; then
+  # MLX's CPU build bundles a slow BLAS; Debian's OpenBLAS makes float32 matmul ~40x faster.
+  SUDO=""; [ "$(id -u)" != 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libopenblas0-pthread >/dev/null
+fi
+
+EXTRAS="gemma,dev"; [ "$(uname -s)" = Linux ] && EXTRAS="cpu,$EXTRAS"
+python3 -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+
+if [ "${1:-}" = "--install-only" ]; then exit 0; fi
+[ -e "$OPENBLAS" ] && export LD_PRELOAD="$OPENBLAS${LD_PRELOAD:+:$LD_PRELOAD}"
+exec python3 -m pytest "$@"
