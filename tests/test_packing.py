@@ -1,0 +1,79 @@
+"""Property tests for mlx_kvq.packing: the dense bit stream is a bijection on valid codes."""
+import numpy as np
+import mlx.core as mx
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from mlx_kvq.packing import pack, unpack, packed_words, pack_ref, unpack_ref
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _words_by_definition(codes, bits):
+    "Plain-Python layout: code i at bits [i*bits, (i+1)*bits) of one little-endian stream"
+    val = sum(int(c) << (i * bits) for i, c in enumerate(codes))
+    return [(val >> (32 * j)) & 0xFFFFFFFF for j in range(-(-len(codes) * bits // 32))]
+
+
+@st.composite
+def code_arrays(draw):
+    bits = draw(st.integers(1, 8))
+    n = draw(st.integers(1, 200))
+    batch = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=3)))
+    seed = draw(st.integers(0, 2**31 - 1))
+    dtype = draw(st.sampled_from([np.uint8, np.uint32]))
+    codes = np.random.default_rng(seed).integers(0, 2**bits, size=batch + (n,)).astype(dtype)
+    return bits, codes
+
+
+@SETTINGS
+@given(code_arrays())
+def test_roundtrip_and_layout(case):
+    bits, codes = case
+    n = codes.shape[-1]
+    words = pack(mx.array(codes), bits)
+    assert words.dtype == mx.uint32 and words.shape == codes.shape[:-1] + (packed_words(n, bits),)
+    back = unpack(words, bits, n)
+    assert back.dtype == mx.uint8
+    np.testing.assert_array_equal(np.array(back), codes.astype(np.uint8))
+    flat_codes, flat_words = codes.reshape(-1, n), np.array(words).reshape(-1, words.shape[-1])
+    for c, w in zip(flat_codes[:4], flat_words[:4]):
+        assert w.tolist() == _words_by_definition(c.tolist(), bits)
+
+
+@SETTINGS
+@given(st.integers(1, 8), st.integers(1, 100), st.integers(0, 2**31 - 1))
+def test_bijection(bits, n, seed):
+    "pack is injective on valid codes, and unpack(pack(.)) is the identity; padding bits stay zero so pack(unpack(w)) == w"
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2**bits, size=(n,)).astype(np.uint8)
+    b = a.copy(); i = rng.integers(n); b[i] = (int(b[i]) + 1 + rng.integers(2**bits - 1)) % 2**bits if bits > 0 else b[i]
+    wa, wb = np.array(pack(mx.array(a), bits)), np.array(pack(mx.array(b), bits))
+    if not np.array_equal(a, b):
+        assert not np.array_equal(wa, wb)
+    np.testing.assert_array_equal(np.array(pack(unpack(mx.array(wa), bits, n), bits)), wa)
+    tail = packed_words(n, bits) * 32 - n * bits
+    if tail:
+        assert int(wa[-1]) >> (32 - tail) == 0
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_exhaustive_small(bits):
+    "Every code value at every position of a word boundary straddle survives"
+    n = 64 // bits + 3
+    for v in range(2**bits):
+        codes = np.full((n,), v, dtype=np.uint8)
+        np.testing.assert_array_equal(np.array(unpack(pack(mx.array(codes), bits), bits, n)), codes)
+
+
+def test_bad_input():
+    c = mx.zeros((4,), dtype=mx.uint8)
+    for bad in (0, 9, -1, 2.0, True):
+        with pytest.raises(ValueError, match="1..8"):
+            pack(c, bad)
+    with pytest.raises(ValueError, match="< 4"):
+        pack(mx.array([0, 4], dtype=mx.uint8), 2)
+    with pytest.raises(ValueError, match="uint8 or uint32"):
+        pack(c.astype(mx.int64), 2)
+    with pytest.raises(ValueError, match="uint32"):
+        unpack(mx.zeros((1,), dtype=mx.uint8), 2, 4)
