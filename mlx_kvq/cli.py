@@ -141,6 +141,7 @@ def run_generate(args) -> int:
     from mlx_lm.sample_utils import make_sampler
     from mlx_kvq.integrate import make_prompt_cache
     from mlx_kvq.models import load
+    mx.reset_peak_memory()  # the peak reported below is this command's (weights included)
     model, tokenizer = load(args.model, dtype=getattr(mx, args.dtype))
     if not args.ignore_chat_template and getattr(tokenizer, "has_chat_template", False):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
