@@ -108,3 +108,99 @@ def test_ssm_state_untouched_in_hybrid():
     assert isinstance(b, mlc.ArraysCache)
     for s, t in zip(a.cache, b.cache):
         if s is not None: np.testing.assert_array_equal(np.array(s), np.array(t))
+
+
+LATENT_SUBSET = ["deepseek_v3", "deepseek_v32", "kimi_linear", "glm4_moe_lite"]
+
+
+def _kv_leaves(cs):
+    return [c for c in _leaves(cs) if not isinstance(c, mlc.ArraysCache)]
+
+
+@pytest.mark.parametrize("family", sorted(MLA) if FULL else LATENT_SUBSET)
+def test_no_scheme_breaks_latent_caches(family):
+    "integrate.make_prompt_cache(kv=s) for fp16 / affine:4 / turbo:3 decodes the exact tokens and leaves every latent exact"
+    from mlx_kvq.integrate import make_prompt_cache
+    model = _build(family)
+    if G.mla_info(model).form != "latent": pytest.skip(f"{family} caches expanded keys/values")
+    exact_caches = G.guarded_prompt_cache(model)
+    exact = _greedy(model, exact_caches)
+    for s in ("fp16", "affine:4", "turbo:3"):
+        caches = make_prompt_cache(model, kv=s, group_size=32)
+        assert _greedy(model, caches) == exact, s
+        leaves = _kv_leaves(caches)
+        assert leaves and all(type(c).__name__ == "MLACache" for c in leaves), (s, leaves)
+        for c, e in zip(leaves, _kv_leaves(exact_caches)):      # the latent itself is bit-identical
+            np.testing.assert_array_equal(np.array(c.keys[..., :c.offset, :]), np.array(e.keys[..., :e.offset, :]))
+    # the MLA-aware scheme only when asked: latents quantized, DSA indexer keys exact, generation runs
+    caches = G.apply_mla_scheme(make_prompt_cache(model, kv="affine:4", group_size=32), "affine:8", group_size=32)
+    assert len(_greedy(model, caches)) == 3
+    for c, e in zip(_kv_leaves(caches), _kv_leaves(exact_caches)):
+        assert type(c).__name__ == ("QuantizedMLACache" if e.role == "latent" else "MLACache")
+        assert c.offset == e.offset
+
+
+class _FakeQuantLatent(mlc.KVCache):
+    def __init__(self, codec):
+        super().__init__(); self.codec = codec
+    def update_and_fetch(self, keys, values):
+        return super().update_and_fetch(self.codec.decode(self.codec.encode(keys), keys.dtype), values)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe_lite", "kimi_linear"])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_latent_equals_fake_quant_reference(family, bits):
+    "The model sees exactly decode(encode(latent)) and the exact RoPE key, through chunked prefill and decode"
+    from mlx_kvq.qcache import AffineCodec
+    model = _build(family)
+    toks = mx.array(np.random.default_rng(bits).integers(0, 64, size=(1, 12)))
+    def run(caches):
+        out = [model(toks[:, :4], cache=caches), model(toks[:, 4:8], cache=caches)]
+        out += [model(toks[:, i:i + 1], cache=caches) for i in range(8, 12)]
+        return np.array(mx.concatenate(out, axis=1))
+    got = run(G.apply_mla_scheme(G.guarded_prompt_cache(model), f"affine:{bits}", group_size=32))
+    ref = run([_FakeQuantLatent(AffineCodec(bits, 32)) if type(c) is mlc.KVCache else c
+               for c in mlc.make_prompt_cache(model)])
+    exact = run(G.guarded_prompt_cache(model))
+    np.testing.assert_array_equal(got, ref)
+    assert not np.array_equal(got, exact)
+
+
+def test_quantized_mla_cache_save_load_continue(tmp_path):
+    model = G.tiny_model("deepseek_v3")
+    caches = G.apply_mla_scheme(G.guarded_prompt_cache(model), "affine:6", group_size=32)
+    x = mx.array([[1, 2, 3, 4, 5]])
+    mx.eval(model(x, cache=caches))
+    fn = str(tmp_path / "c.safetensors")
+    mlc.save_prompt_cache(fn, caches)
+    back = mlc.load_prompt_cache(fn)
+    assert [type(c) for c in back] == [G.QuantizedMLACache] * 2
+    y = mx.array([[6]])
+    np.testing.assert_array_equal(np.array(model(y, cache=caches)), np.array(model(y, cache=back)))
+
+
+def _run_cli(tmp_path, family, **overrides):
+    import subprocess, sys
+    d = tmp_path / family
+    G.save_tiny_model_dir(family, d, **overrides)
+    env = {**os.environ, "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"}
+    r = subprocess.run([sys.executable, "-m", "mlx_kvq", "generate", "--model", str(d), "--kv", "affine:4",
+                        "--max-tokens", "3", "--prompt", "the capital of france is"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r.stdout.splitlines()
+
+
+def test_cli_generate_tiny_mla(tmp_path):
+    lines = _run_cli(tmp_path, "deepseek_v3")
+    rows = [l for l in lines if l.startswith("| 0")]
+    assert rows, lines
+    assert all("| mla |" in l and "MLACache | MLACache" in l and "kept exact" in l for l in rows), rows
+    assert any("0/2 cache layers converted" in l and "MLA latent" in l for l in lines), lines
+
+
+def test_cli_generate_tiny_hybrid(tmp_path):
+    lines = _run_cli(tmp_path, "qwen3_next", head_dim=64)
+    assert any("| arrays |" in l and "ArraysCache | ArraysCache" in l and "SSM" in l for l in lines), lines
+    assert any("| kv |" in l and "KVCache | CodecKVCache | affine:4" in l for l in lines), lines
+    assert any("1/2 cache layers converted" in l for l in lines), lines
