@@ -37,7 +37,7 @@ def test_chunk_bounds(n, chunk, contexts):
 def test_check_contexts_errors_name_the_fix():
     assert check_contexts([4096, 2048, 2048], 5000, 32768, 256, 256) == [2048, 4096]
     for args, msg in ((([6000], 5000, None, 256, 256), 'fewer than'), (([4096], 5000, 4000, 256, 256), "model's limit"),
-                      (([4000], 5000, 4000, 256, 256, 8), 'decoded'), (([300], 5000, None, 256, 256), 'no position'),
+                      (([4000], 5000, 4000, 256, 256, 8), 'decoded'), (([257], 5000, None, 256, 256), 'no position'),
                       (([300], 5000, None, 0, 0), 'chunk'), (([], 5000, None, 256, 0), 'at least one')):
         with pytest.raises(ValueError, match=msg): check_contexts(*args)
 
