@@ -23,6 +23,8 @@ from .qcache import AffineCodec, Codec, CodecKVCache, register_codec, AFFINE_BIT
 from .turboquant import TurboCodec, TurboQuantKVCache, TURBO_BITS
 from .kvsplit import rotating_twin
 from .mla_guard import guarded_prompt_cache, cache_kind, apply_mla_scheme, parse_mla_scheme
+from .dsv4 import SparseKVCache
+from mlx.utils import tree_flatten
 
 # %% auto #0
 __all__ = ['FRACTIONAL_EXTRA_BIT', 'SIDE_KINDS', 'VALID_SCHEMES', 'TESTED_MLX_LM', 'log', 'KVQ_FILE_FORMAT', 'KVScheme',
@@ -345,7 +347,21 @@ def _bytes_per_token(cache, shp):
         return H * sum(d * cache.bits // 8 + 2 * item * (d // cache.group_size) for d in (dk, dv))
     return H * (dk + dv) * item
 
+def _sparse_bytes(report, caches, model):
+    "DeepSeek-V4 layers: growth per token of compressed entries + index keys (the window is bounded)"
+    a = model.args
+    item = next((v.dtype.size for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)), 2)
+    leaves = dict((_path(p), c) for p, c in _leaves(caches))
+    for l in report.layers:
+        c = leaves[l.path]
+        l.bytes_before = SparseKVCache.bytes_per_token(a.head_dim, a.index_head_dim, c.ratio, item)
+        l.bytes_after = SparseKVCache.bytes_per_token(a.head_dim, a.index_head_dim, c.ratio, item,
+                                                      c.entries.codec, c.index_entries.codec)
+    return report
+
 def _add_bytes(report, caches, model):
+    if model is not None and report.layers and all(l.kind == 'sparse' for l in report.layers):
+        return _sparse_bytes(report, caches, model)
     shapes = probe_kv_shapes(model) if model is not None else None
     if shapes is None: return report
     leaves = dict((_path(p), c) for p, c in _leaves(caches))
@@ -400,6 +416,17 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
         elif kind == 'rotating':
             new = _rotating_twin(c, _codecs(scheme, group_size, k_seed, v_seed), sink=sink,
                                  quantized_kv_start=quantized_kv_start)
+        elif isinstance(c, SparseKVCache):
+            kc = _codecs(scheme, group_size, k_seed, v_seed)[0]
+            kside = scheme.k_kind if scheme.k_kind == 'fp16' else f'{scheme.k_kind}:{scheme.k_bits}'
+            d = getattr(getattr(model, 'args', None), 'head_dim', None)
+            if d: kc.check_dim(d)   # e.g. an affine group size larger than the latent
+            if c.ratio:
+                new, note = c.to_codec(None if isinstance(kc, Fp16Codec) else kc), \
+                    f'DeepSeek-V4 compressed entries by the key scheme {kside}; window and indexer exact'
+            else: kside, note = 'fp16', 'DeepSeek-V4 window-only layer (exact)'
+            layers.append(LayerReport(_path(path), 'sparse', type(c).__name__, type(new).__name__, kside, note))
+            return new
         elif kind == 'mla': note = 'MLA latent (kept exact)'
         elif kind == 'arrays': note = 'SSM / arrays state'
         elif kind == 'quantized': note = 'already quantized'
@@ -412,9 +439,10 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
     caches = [convert(c, (i,), i < fp16_layers or i >= n - fp16_layers) for i, c in enumerate(base)]
     report = CacheReport(str(scheme), layers)
     if mla_kv is not None:
-        caches = apply_mla_scheme(caches, mla_kv, report=report, group_size=group_size, window=window,
-                                  quantized_kv_start=quantized_kv_start, seed=k_seed)
-    if report.converted and not _model_reaches_dispatch(model):
+        caches = apply_mla_scheme(caches, mla_kv, report=report, model=model, group_size=group_size, window=window,
+                                  quantized_kv_start=quantized_kv_start, seed=k_seed,
+                                  layers=[i for i in range(n) if not (i < fp16_layers or i >= n - fp16_layers)])
+    if any(hasattr(x, 'attend') for _, x in _leaves(caches)) and not _model_reaches_dispatch(model):
         raise ValueError(f"{type(model).__module__}.{type(model).__name__} does not call mlx-lm's "
                          "scaled_dot_product_attention, so a quantized cache cannot attend for it: use kv='fp16'")
     if warn:
