@@ -10,7 +10,7 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll
 from .qcache import Codec, CachedSide, CodecKVCache, codec_attention, FORMAT_VERSION, register_cache_class, _read_config
-from .kvsplit import Parts, _cat, _zeros_like_tokens, _parts_from_state, QuantizedRotatingKVCache, KVSplitCache
+from .kvsplit import Parts, _cat, _zeros_like_tokens, _grow_ring, _parts_from_state, QuantizedRotatingKVCache, KVSplitCache
 
 # %% auto #0
 __all__ = ['BatchQuantizedKVCache', 'BatchQuantizedRotatingKVCache', 'merge_caches']
@@ -123,12 +123,8 @@ BatchQuantizedKVCache.merge = _bq_merge
 BatchQuantizedKVCache.extract = _bq_extract
 
 # %% ../nbs/05_batch.ipynb #5a981204
-def _bq_extend(self, other):
-    _check_codecs([self, other], "extend")
-    if self.keys is None and other.keys is None:
-        self.left_padding = mx.concatenate([self.left_padding, other.left_padding])
-        self.offset = mx.concatenate([self.offset, other.offset]); return
-    _check_shapes([self.keys, other.keys], "extend")
+def _join_aligned(self, other):
+    "Stack two batches, right-aligned on their write index (the shared body of both batch classes' `extend`)"
     like_k = self.keys if self.keys is not None else other.keys
     like_v = self.values if self.values is not None else other.values
     max_idx = max(self._idx, other._idx)
@@ -147,6 +143,14 @@ def _bq_extend(self, other):
     self.keys, self.values = _cat([k1, k2], axis=0), _cat([v1, v2], axis=0)
     self.offset, self.left_padding = mx.concatenate([o1, o2]), mx.concatenate([l1, l2])
     self._idx = max_idx
+
+def _bq_extend(self, other):
+    _check_codecs([self, other], "extend")
+    if self.keys is None and other.keys is None:
+        self.left_padding = mx.concatenate([self.left_padding, other.left_padding])
+        self.offset = mx.concatenate([self.offset, other.offset]); return
+    _check_shapes([self.keys, other.keys], "extend")
+    _join_aligned(self, other)
 
 BatchQuantizedKVCache.extend = _bq_extend
 
@@ -233,12 +237,7 @@ class BatchQuantizedRotatingKVCache(BatchRotatingKVCache):
         if self._lengths is not None:
             raise RuntimeError("finalize() should be called before decoding with BatchQuantizedRotatingKVCache")
         S, prev = keys.shape[2], self._offset
-        if self.keys is None or (prev >= self.keys.shape[2] and self.keys.shape[2] < self.max_size):
-            n = min(self.step, self.max_size - prev)
-            grown = [_zeros_like_tokens(keys, n), _zeros_like_tokens(values, n)]
-            if self.keys is not None: grown = [_cat([self.keys, grown[0]]), _cat([self.values, grown[1]])]
-            self.keys, self.values = grown
-            self._idx = prev
+        _grow_ring(self, keys, values, prev)
         trim_size = self.keys.shape[2] - self.max_size
         if trim_size > 0:
             self.keys, self.values = self._trim(trim_size, self.keys), self._trim(trim_size, self.values)
@@ -313,24 +312,7 @@ def _bqr_extend(self, other):
     _check_shapes([self.keys, other.keys], "extend")
     if self.rotated != other.rotated or self._idx != other._idx:
         self._temporal_order(); other._temporal_order()
-    like_k = self.keys if self.keys is not None else other.keys
-    like_v = self.values if self.values is not None else other.values
-    max_idx = max(self._idx, other._idx)
-    size = max(c.keys.shape[2] for c in (self, other) if c.keys is not None)
-    def pad(c):
-        B = c.offset.shape[0]
-        k = c.keys if c.keys is not None else _zeros_like_tokens(like_k, 0, B)
-        v = c.values if c.values is not None else _zeros_like_tokens(like_v, 0, B)
-        left = max_idx - c._idx
-        right = size - k.shape[2] - left
-        if right < 0: k, v, right = k[..., :right, :], v[..., :right, :], 0
-        widths = [(0, 0), (0, 0), (left, right), (0, 0)]
-        if left or right: k, v = k.map(lambda p: mx.pad(p, widths)), v.map(lambda p: mx.pad(p, widths))
-        return k, v, c.offset, c.left_padding + left
-    (k1, v1, o1, l1), (k2, v2, o2, l2) = pad(self), pad(other)
-    self.keys, self.values = _cat([k1, k2], axis=0), _cat([v1, v2], axis=0)
-    self.offset, self.left_padding = mx.concatenate([o1, o2]), mx.concatenate([l1, l2])
-    self._idx = max_idx
+    _join_aligned(self, other)
     self._offset = max(self._offset, other._offset)
 
 def _bqr_config(self):

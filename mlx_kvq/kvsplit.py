@@ -107,16 +107,20 @@ class QuantizedRotatingKVCache(RotatingKVCache):
 def _update_concat(self, keys, values):
     return RotatingKVCache._update_concat(self, *self._encode(keys, values))
 
-@patch_to(QuantizedRotatingKVCache)
-def _update_in_place(self, keys, values):
-    keys, values = self._encode(keys, values)
-    prev = self.offset
+def _grow_ring(self, keys, values, prev):
+    "Before an in-place write at `prev`: grow the quantized ring by one `step` (at most to `max_size`), as mlx-lm's rings do"
     if self.keys is None or (prev >= self.keys.shape[2] and self.keys.shape[2] < self.max_size):
         n = min(self.step, self.max_size - prev)
         grown = [_zeros_like_tokens(keys, n), _zeros_like_tokens(values, n)]
         if self.keys is not None: grown = [_cat([self.keys, grown[0]]), _cat([self.values, grown[1]])]
         self.keys, self.values = grown
         self._idx = prev
+
+@patch_to(QuantizedRotatingKVCache)
+def _update_in_place(self, keys, values):
+    keys, values = self._encode(keys, values)
+    prev = self.offset
+    _grow_ring(self, keys, values, prev)
     return RotatingKVCache._update_in_place(self, keys, values)
 
 @patch_to(QuantizedRotatingKVCache)
