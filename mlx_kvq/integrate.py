@@ -28,9 +28,10 @@ from mlx.utils import tree_flatten
 
 # %% auto #0
 __all__ = ['FRACTIONAL_EXTRA_BIT', 'SIDE_KINDS', 'VALID_SCHEMES', 'TESTED_MLX_LM', 'log', 'KVQ_FILE_FORMAT', 'KVScheme',
-           'parse_scheme', 'check_mlx_lm_version', 'scaled_dot_product_attention', 'install', 'uninstall', 'installed',
-           'Fp16Codec', 'side_codec', 'codec_side', 'cache_scheme', 'LayerReport', 'CacheReport', 'probe_kv_shapes',
-           'cache_report', 'make_prompt_cache', 'file_scheme', 'save_prompt_cache', 'load_prompt_cache']
+           'AutoScheme', 'parse_scheme', 'check_mlx_lm_version', 'scaled_dot_product_attention', 'install', 'uninstall',
+           'installed', 'Fp16Codec', 'side_codec', 'codec_side', 'CodecPair', 'cache_scheme', 'LayerReport',
+           'CacheReport', 'probe_kv_shapes', 'cache_report', 'make_prompt_cache', 'file_scheme', 'save_prompt_cache',
+           'load_prompt_cache']
 
 # %% ../nbs/08_mlx_lm.ipynb #93e015fa
 FRACTIONAL_EXTRA_BIT = 'keys'  # measured: turbo:4,3 KL 0.2265 vs turbo:3,4 KL 0.7487 (embedded Gemma, 03_turboquant)
@@ -38,7 +39,8 @@ SIDE_KINDS = ('fp16', 'affine', 'turbo')
 
 VALID_SCHEMES = ("fp16 | affine:B | affine:BK,BV (B in {affine}) | turbo:B | turbo:BK,BV (B in 1-8) | "
                  "turbo:B.5 (B in 1-7, e.g. turbo:3.5) | KEYS/VALUES with one of fp16, affine:B, turbo:B "
-                 "on each side (e.g. affine:8/turbo:4)").format(affine=','.join(map(str, AFFINE_BITS)))
+                 "on each side (e.g. affine:8/turbo:4) | auto:B (planned per layer within B bits per value, "
+                 "B in 1-16, e.g. auto:4)").format(affine=','.join(map(str, AFFINE_BITS)))
 
 def _check_bits(kind, side, b):
     ok = AFFINE_BITS if kind == 'affine' else TURBO_BITS
@@ -74,6 +76,16 @@ class KVScheme:
         if self.k_bits == self.v_bits: return f"{self.k_kind}:{self.k_bits}"
         return f"{self.k_kind}:{self.k_bits},{self.v_bits}"
 
+@dataclass(frozen=True)
+class AutoScheme:
+    "`auto:B`: mlx_kvq's planner (`mlx_kvq.recipe`) picks each layer's key and value codecs within B stored bits per value"
+    budget: float
+    def __post_init__(self):
+        if not 1 <= self.budget <= 16: raise ValueError(f"auto budget must be 1-16 bits per value, got {self.budget:g}")
+    is_fp16 = False
+    is_turbo = False
+    def __str__(self): return f"auto:{self.budget:g}"
+
 # %% ../nbs/08_mlx_lm.ipynb #afb9c360
 _SIDE = re.compile(r'^(fp16|affine:\d+|turbo:\d+)$')
 
@@ -87,8 +99,8 @@ def _parse_side(text, part):
     return kind, int(b)
 
 def parse_scheme(text) -> KVScheme:
-    "Parse a kv scheme such as `fp16`, `affine:8,4`, `turbo:3`, `turbo:3.5` or `affine:8/turbo:4`"
-    if isinstance(text, KVScheme): return text
+    "Parse a kv scheme such as `fp16`, `affine:8,4`, `turbo:3`, `turbo:3.5`, `affine:8/turbo:4` or `auto:4`"
+    if isinstance(text, (KVScheme, AutoScheme)): return text
     if text is None: return KVScheme()
     if not isinstance(text, str): raise TypeError(f"kv scheme must be a string such as 'turbo:3', got {type(text).__name__}")
     t = text.strip().lower().replace(' ', '')
@@ -99,6 +111,8 @@ def parse_scheme(text) -> KVScheme:
             (kk, kb), (vk, vb) = (_parse_side(text, p) for p in parts)
             return KVScheme(kk, kb, vk, vb)
         if t == 'fp16': return KVScheme()
+        m = re.match(r'^auto:(\d+(?:\.\d+)?)$', t)
+        if m: return AutoScheme(float(m.group(1)))
         m = re.match(r'^(affine|turbo):(\d+)(?:,(\d+))?$', t)
         if m:
             kind, kb = m.group(1), int(m.group(2))
@@ -207,6 +221,15 @@ def codec_side(codec) -> tuple:
     if kind == 'fp16': return 'fp16', None
     return kind, cfg.get('bits')
 
+@dataclass(frozen=True)
+class CodecPair:
+    "The scheme of a cache whose codecs are outside the grammar (e.g. the calibrated codecs `auto:B` plans)"
+    k: str
+    v: str
+    is_fp16 = False
+    is_turbo = False
+    def __str__(self): return self.k if self.k == self.v else f"{self.k}/{self.v}"
+
 def cache_scheme(cache) -> Optional[KVScheme]:
     "The scheme a cache leaf stores (fp16 for mlx-lm's unquantized caches); None for caches holding no keys/values"
     sch = getattr(cache, 'scheme', None)
@@ -214,7 +237,9 @@ def cache_scheme(cache) -> Optional[KVScheme]:
     if isinstance(sch, str): return parse_scheme(sch)
     if hasattr(cache, 'k_codec') and hasattr(cache, 'v_codec'):
         (kk, kb), (vk, vb) = codec_side(cache.k_codec), codec_side(cache.v_codec)
-        return KVScheme(kk, kb, vk, vb)
+        if kk in SIDE_KINDS and vk in SIDE_KINDS: return KVScheme(kk, kb, vk, vb)
+        one = lambda kind, b: kind if b is None else f"{kind}:{b}"
+        return CodecPair(one(kk, kb), one(vk, vb))     # e.g. the planner's calibrated codecs (auto:B)
     if isinstance(cache, QuantizedKVCache): return KVScheme('affine', cache.bits, 'affine', cache.bits)
     if isinstance(cache, (ArraysCache, CacheList)): return None
     return KVScheme()
@@ -387,11 +412,16 @@ def cache_report(caches, model=None) -> CacheReport:
 # %% ../nbs/08_mlx_lm.ipynb #09f4bfe8
 def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, window: int = 0, sink: int = 0,
                       max_kv_size: Optional[int] = None, quantized_kv_start: int = 0, group_size: int = 64,
-                      k_seed: int = 0, v_seed: int = 1, mla_kv: Optional[str] = None, return_report: bool = False):
+                      k_seed: int = 0, v_seed: int = 1, mla_kv: Optional[str] = None, return_report: bool = False,
+                      tokenizer=None, calib_tokens=None):
     """The model's caches with every layer converted to the `kv` scheme by kind (a list that
     `mlx_lm.generate` / `stream_generate` take as `prompt_cache`); `mla_kv` (e.g. 'affine:8') also quantizes
     MLA latents through `mlx_kvq.mla_guard.apply_mla_scheme`; with `return_report`, `(caches, CacheReport)`"""
     scheme = parse_scheme(kv)
+    if isinstance(scheme, AutoScheme):
+        return _planned_prompt_cache(model, scheme, fp16_layers=fp16_layers, window=window, sink=sink,
+                                     max_kv_size=max_kv_size, quantized_kv_start=quantized_kv_start, mla_kv=mla_kv,
+                                     return_report=return_report, tokenizer=tokenizer, calib_tokens=calib_tokens)
     if mla_kv is not None: parse_mla_scheme(mla_kv, group_size=group_size, seed=k_seed)   # bad latent schemes raise here
     for nm, v in (('fp16_layers', fp16_layers), ('window', window), ('sink', sink),
                   ('quantized_kv_start', quantized_kv_start), ('k_seed', k_seed), ('v_seed', v_seed)):
@@ -449,6 +479,24 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
         counts = {w: warn.count(w) for w in warn}
         warnings.warn(f"mlx_kvq kv={scheme}: " + '; '.join(f"{k}: {v} layer(s)" for k, v in counts.items()), stacklevel=2)
     if return_report: _add_bytes(report, caches, model)
+    log.info(report.summary())
+    return (caches, report) if return_report else caches
+
+def _planned_prompt_cache(model, scheme, *, fp16_layers, window, sink, max_kv_size, quantized_kv_start, mla_kv,
+                          return_report, tokenizer, calib_tokens):
+    "`kv='auto:B'`: plan on calibration text (`mlx_kvq.recipe.plan`) and build the planned caches"
+    for nm, v, default in (('fp16_layers', fp16_layers, 0), ('max_kv_size', max_kv_size, None),
+                           ('quantized_kv_start', quantized_kv_start, 0), ('mla_kv', mla_kv, None)):
+        if v != default:
+            raise ValueError(f"{nm} does not combine with kv={scheme}: the planner chooses every layer itself "
+                             "(drop it, or use a fixed scheme such as turbo:4)")
+    _check_int('window', window); _check_int('sink', sink)
+    from mlx_kvq import recipe
+    install()
+    p = recipe.plan(model, scheme.budget, calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
+    caches = recipe.make_planned_cache(model, p)
+    report = cache_report(caches, model)
+    report.scheme = str(scheme)
     log.info(report.summary())
     return (caches, report) if return_report else caches
 
