@@ -157,7 +157,7 @@ def run_generate(args) -> int:
     model, tokenizer = load(args.model, dtype=getattr(mx, args.dtype))
     if not args.ignore_chat_template and getattr(tokenizer, "has_chat_template", False):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-    caches, report = make_prompt_cache(model, **cache_options(args), return_report=True)
+    caches, report = make_prompt_cache(model, **cache_options(args), return_report=True, tokenizer=tokenizer)  # tokenizer: auto:B calibration
     if args.seed is not None: mx.random.seed(args.seed)
     sampler = make_sampler(args.temp, top_p=args.top_p)
     last = None
