@@ -37,7 +37,8 @@ def render(nb):
         if cell['cell_type'] == 'markdown':
             parts.append(body)
         elif cell['cell_type'] == 'code':
-            if body: parts.append(f"```python\n{body}\n```")
+            echo = not any(d.replace(' ', '') == '#|echo:false' for d in directives)
+            if body and echo: parts.append(f"```python\n{body}\n```")
             for o in _outputs(cell):
                 if o.startswith('\x00md'): parts.append(o[3:].strip('\n'))
                 else: parts.append(f"```\n{o.rstrip()}\n```")
