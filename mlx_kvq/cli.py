@@ -13,8 +13,8 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['OPENBLAS', 'COMMANDS', 'TINY_WORDS', 'openblas_env', 'reexec_with_openblas', 'CliError', 'Command',
-           'register_command', 'generate_scheme', 'cache_options', 'cache_nbytes', 'run_generate', 'run_info',
-           'build_parser', 'main', 'mlx_lm_server_arguments', 'server_prompt_cache', 'kvq_batch_generator',
+           'register_command', 'generate_scheme', 'default_scheme', 'cache_options', 'cache_nbytes', 'run_generate',
+           'run_info', 'build_parser', 'main', 'mlx_lm_server_arguments', 'server_prompt_cache', 'kvq_batch_generator',
            'server_load', 'KVQServer', 'run_serve', 'write_tiny_model', 'layer_model', 'bench_caches', 'bench',
            'bench_table', 'bench_header', 'run_bench']
 
@@ -82,7 +82,10 @@ def _cache_arguments(g):
     "mlx_kvq's cache flags that `generate` and `serve` share (mlx-lm's --kv-bits etc. come from mlx-lm's parser)"
     g.add_argument("--kv", default=None, metavar="SCHEME",
                    help="KV-cache scheme: fp16, affine:B, affine:BK,BV, turbo:B, turbo:BK,BV, turbo:3.5, "
-                        "KEYS/VALUES such as affine:8/turbo:4 (default: fp16, the model's own caches)")
+                        "KEYS/VALUES such as affine:8/turbo:4, auto:B (planned per layer within B bits per value; "
+                        "the first use on a model other than the embedded one runs a calibration probe). Default: auto:5 "
+                        "on the embedded Gemma (measured best under 5 bits, notebook 12_recipe), fp16 (the model's own "
+                        "caches) with --model")
     g.add_argument("--fp16-layers", type=_nonneg_int, default=0, metavar="N",
                    help="keep the first and last N layers' caches unquantized (default: %(default)s)")
     g.add_argument("--kv-window", type=_nonneg_int, default=0, metavar="N",
@@ -123,7 +126,12 @@ def generate_scheme(args) -> str:
         if kv is not None and parse_scheme(kv) != parse_scheme(f"affine:{args.kv_bits}"):
             raise CliError(f"--kv {kv} and --kv-bits {args.kv_bits} disagree: give one of them")
         kv = f"affine:{args.kv_bits}"
-    return str(parse_scheme(kv or "fp16"))
+    return str(parse_scheme(kv or default_scheme(args)))
+
+def default_scheme(args) -> str:
+    """`--kv` when none is given: `auto:5` on the embedded Gemma (the recommendation of notebook 12_recipe, measured on
+    it; its calibration probe ships with mlx_kvq), the model's own uncompressed caches for any other model"""
+    return "auto:5" if getattr(args, "model", None) is None else "fp16"
 
 def cache_options(args) -> dict:
     "`mlx_kvq.integrate.make_prompt_cache` keyword arguments from parsed `generate` / `serve` flags (scheme checked first)."

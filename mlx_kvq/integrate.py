@@ -493,8 +493,9 @@ def _planned_prompt_cache(model, scheme, *, fp16_layers, window, sink, max_kv_si
     _check_int('window', window); _check_int('sink', sink)
     from mlx_kvq import recipe
     install()
-    p = recipe.plan(model, scheme.budget, calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
-    caches = recipe.make_planned_cache(model, p)
+    # the plan is made once per model and budget (`recipe.auto_prompt_cache` memoizes it): a server asks for
+    # fresh caches on every request
+    caches = recipe.auto_prompt_cache(model, str(scheme), calib_tokens=calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
     report = cache_report(caches, model)
     report.scheme = str(scheme)
     log.info(report.summary())

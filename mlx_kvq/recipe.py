@@ -661,6 +661,8 @@ def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, pr
         if store is not None:
             fp = hashlib.sha256((json.dumps(_fingerprint(model), sort_keys=True) + _tokens_key(calib_tokens[:probe_tokens]) + str(probe_bits) + str(RECIPE_VERSION)).encode()).hexdigest()[:16]
             pkey = Path(store) / f"probe-{fp}.json"
+            shipped = Path(__file__).parent / 'probes' / pkey.name   # probes shipped with mlx_kvq (the embedded Gemma's)
+            if not pkey.exists() and shipped.exists(): pkey = shipped
         if pkey is not None and pkey.exists(): probe_result = {int(k): v for k, v in json.loads(pkey.read_text()).items()}
         else:
             probe_result = probe(model, calib_tokens[:probe_tokens], probe_bits=probe_bits, stats=stats, store=store, progress=progress)
