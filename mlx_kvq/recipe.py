@@ -20,42 +20,18 @@ from .codebook import sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['RECIPE_VERSION', 'ANCHORS', 'TABLE_COLUMNS', 'pack_codes', 'unpack_codes', 'packed_bytes', 'HalfCodec',
-           'CalibratedTurboCodec', 'QJLKeyCodec', 'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats',
-           'kv_statistics', 'side_weights', 'calibrated_codec', 'side_error', 'Reference', 'reference', 'caches_key',
-           'score_caches', 'summarize', 'kv_layers', 'planned_layer_cache', 'PlannedKVCache', 'plan_of', 'probe',
-           'candidate_codecs', 'Plan', 'calibration_text', 'docstring_text', 'text_tokens', 'default_store', 'plan',
-           'make_planned_cache', 'parse_auto', 'auto_prompt_cache', 'scheme_cache', 'mlx_lm_cache', 'calibrated_cache',
-           'passkey_rows', 'run_recipes', 'sweep_recipes', 'family', 'pareto_front', 'dominated_anchors',
-           'rows_markdown', 'save_table']
+__all__ = ['RECIPE_VERSION', 'ANCHORS', 'TABLE_COLUMNS', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'QJLKeyCodec',
+           'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
+           'calibrated_codec', 'side_error', 'Reference', 'reference', 'caches_key', 'score_caches', 'summarize',
+           'kv_layers', 'planned_layer_cache', 'PlannedKVCache', 'plan_of', 'probe', 'candidate_codecs', 'Plan',
+           'calibration_text', 'docstring_text', 'text_tokens', 'default_store', 'plan', 'make_planned_cache',
+           'parse_auto', 'auto_prompt_cache', 'scheme_cache', 'mlx_lm_cache', 'calibrated_cache', 'passkey_rows',
+           'run_recipes', 'sweep_recipes', 'family', 'pareto_front', 'dominated_anchors', 'rows_markdown', 'save_table']
 
 # %% ../nbs/12_recipe.ipynb #0eababe3
-def _pack_ref(codes, bits):
-    "b-bit codes (..., n) -> dense little-endian bit stream in uint32 words (..., ceil(n*bits/32))"
-    n = codes.shape[-1]; w = -(-n * bits // 32)
-    b = (codes.astype(mx.uint32)[..., None] >> mx.arange(bits, dtype=mx.uint32)) & 1
-    b = b.reshape(*codes.shape[:-1], n * bits)
-    if w * 32 > n * bits: b = mx.concatenate([b, mx.zeros((*b.shape[:-1], w * 32 - n * bits), dtype=mx.uint32)], axis=-1)
-    b = b.reshape(*codes.shape[:-1], w, 32)
-    return mx.sum(b << mx.arange(32, dtype=mx.uint32), axis=-1).astype(mx.uint32)
+from .packing import pack as pack_codes, unpack as unpack_codes, packed_words
 
-def _unpack_ref(words, bits, n):
-    b = (words[..., None] >> mx.arange(32, dtype=mx.uint32)) & 1
-    b = b.reshape(*words.shape[:-1], words.shape[-1] * 32)[..., :n * bits].reshape(*words.shape[:-1], n, bits)
-    return mx.sum(b << mx.arange(bits, dtype=mx.uint32), axis=-1).astype(mx.uint8)
-
-def pack_codes(codes, bits):
-    "b-bit codes (..., n) -> uint32 words (..., ceil(n*bits/32)): `mlx_kvq.packing.pack` when present"
-    try: from mlx_kvq.packing import pack
-    except ImportError: return _pack_ref(codes, bits)
-    return pack(codes, bits)
-
-def unpack_codes(words, bits, n):
-    try: from mlx_kvq.packing import unpack
-    except ImportError: return _unpack_ref(words, bits, n)
-    return unpack(words, bits, n)
-
-def packed_bytes(n, bits): return 4 * (-(-n * bits // 32))
+def packed_bytes(n, bits): return 4 * packed_words(n, bits)
 
 # %% ../nbs/12_recipe.ipynb #c4ee6f59
 @register_codec
@@ -204,27 +180,10 @@ class QJLKeyCodec(Codec):
         return s + corr * (math.sqrt(math.pi / 2) / dim) * mx.expand_dims(en, 2).swapaxes(-1, -2)
 
 # %% ../nbs/12_recipe.ipynb #451f54fb
-def _sdpa_original():
-    f = lm_base.scaled_dot_product_attention
-    return getattr(lm_base, '_mlx_kvq_original_sdpa', f) if getattr(f, '_mlx_kvq_dispatch', False) else f
-
-def _dispatch_sdpa(queries, keys, values, cache, scale, mask, sinks=None):
-    attend = getattr(cache, 'attend', None)
-    if attend is not None: return attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
-    return lm_base._mlx_kvq_original_sdpa(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
-_dispatch_sdpa._mlx_kvq_dispatch = True
-
 def ensure_dispatch():
-    "Route mlx-lm's attention to caches that own it (`mlx_kvq.integrate.install()`, or the same dispatch here)"
-    try:
-        from mlx_kvq.integrate import install
-        return install()
-    except ImportError: pass
-    if not hasattr(lm_base, '_mlx_kvq_original_sdpa'): lm_base._mlx_kvq_original_sdpa = _sdpa_original()
-    orig = lm_base._mlx_kvq_original_sdpa
-    for name, mod in list(sys.modules.items()):
-        if mod is not None and name.startswith('mlx_lm.models.') and getattr(mod, 'scaled_dot_product_attention', None) is orig:
-            mod.scaled_dot_product_attention = _dispatch_sdpa
+    "Route mlx-lm's attention to caches that own it (`mlx_kvq.integrate.install()`)"
+    from mlx_kvq.integrate import install
+    return install()
 
 # %% ../nbs/12_recipe.ipynb #c95a90ed
 class StatsCache(lm_cache.KVCache):
