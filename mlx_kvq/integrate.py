@@ -180,6 +180,7 @@ def _sweep():
 def install(allow_untested=False):
     "Install the attention dispatch into mlx-lm (idempotent); returns the names of the patched modules"
     if not allow_untested: check_mlx_lm_version()
+    qcache.reregister_cache_classes()
     return _sweep()
 
 def uninstall():
