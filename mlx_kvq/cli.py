@@ -433,8 +433,7 @@ def write_tiny_model(path, *, seed: int = 0, head_dim: int = 64, n_layers: int =
     from mlx.utils import tree_map
     from mlx_lm.models import llama
     from mlx_lm.utils import save_model, save_config
-    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from mlx_kvq.mla_guard import write_word_tokenizer
     mx.random.seed(seed)
     args = llama.ModelArgs(model_type="llama", hidden_size=4 * head_dim, num_hidden_layers=n_layers, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=len(TINY_WORDS))
@@ -442,9 +441,7 @@ def write_tiny_model(path, *, seed: int = 0, head_dim: int = 64, n_layers: int =
     model.update(tree_map(lambda w: w * scale, model.parameters()))
     save_model(str(path), model)
     save_config({k: v for k, v in vars(args).items() if v is not None}, Path(path) / "config.json")
-    tk = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(TINY_WORDS)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(str(path))
+    write_word_tokenizer(path, TINY_WORDS)
     return Path(path)
 
 # %% ../nbs/11_cli.ipynb #40727240

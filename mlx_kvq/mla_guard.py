@@ -26,7 +26,7 @@ __all__ = ['logger', 'CACHE_KINDS', 'TINY_BASE', 'TINY_OVERRIDES', 'TINY_WORDS',
            'uses_mla', 'tiny_deepseek_v3', 'MLACache', 'mark_mla_caches', 'guarded_prompt_cache', 'cache_kind',
            'LayerDecision', 'layer_decisions', 'decisions_table', 'model_families', 'tiny_model', 'family_decision',
            'sweep_table', 'QuantizedMLACache', 'parse_mla_scheme', 'convert_mla_cache', 'apply_mla_scheme',
-           'save_tiny_model_dir']
+           'write_word_tokenizer', 'save_tiny_model_dir']
 
 # %% ../nbs/06_mla_guard.ipynb #b95625c3
 _NESTED_CONFIGS = ("text_config", "llm_config", "language_config")
@@ -574,18 +574,22 @@ def _rewrite_report(report, caches, scheme, info):
 # %% ../nbs/06_mla_guard.ipynb #232cdfaa
 TINY_WORDS = ["<unk>", "<s>", "</s>"] + "the capital of france is paris germany berlin".split()
 
+def write_word_tokenizer(path, words):
+    "Save a whitespace word-level tokenizer over `words` (with <unk>, <s>, </s>) that `mlx_lm.load` accepts, into `path`"
+    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(str(path))
+
 def save_tiny_model_dir(family: str, path, **overrides) -> nn.Module:
     "Write `tiny_model(family, **overrides)` as an mlx-lm model directory (config.json, safetensors, word-level tokenizer); returns the model."
     from mlx_lm.utils import save_model
-    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     model = tiny_model(family, **overrides)
     cfg = {k: v for k, v in vars(model.args).items() if not k.startswith("_")}   # None kept: it overrides defaults
     cfg["model_type"] = family
     save_model(path, model)
     (path / "config.json").write_text(json.dumps(cfg, indent=1, default=vars))
-    tk = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(TINY_WORDS)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(str(path))
+    write_word_tokenizer(path, TINY_WORDS)
     return model
