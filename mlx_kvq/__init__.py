@@ -1,11 +1,30 @@
+"""mlx_kvq: compressed key/value caches for MLX language models, as a drop-in for mlx-lm.
+
+`import mlx_kvq` makes every mlx_kvq cache class known to mlx-lm's prompt-cache files, registers the scheme
+families (`auto:B`) and installs the attention dispatch (caches that own their attention get it; all others keep
+mlx-lm's function). The package is built in layers (imports only go down; `tests/test_layers.py` checks it):
+math (codebook, rotation, packing) < codecs and attention (codecs, turbo_codec, calibrated) < caches (qcache,
+turboquant, kvsplit, batch, planned, mla_guard, dsv4) < schemes and policy (schemes, dispatch, integrate) <
+tools (models, eval, recipe, pareto, tiny, cli)."""
 __version__ = "0.1.0"
 
-# `import mlx_kvq` makes every mlx_kvq cache class known to mlx-lm's prompt-cache files and installs the
-# attention dispatch (caches that own their attention get it; all others keep mlx-lm's function).
 import warnings as _warnings
-from .integrate import (make_prompt_cache, parse_scheme, cache_report, install, uninstall, installed,
-                        save_prompt_cache, load_prompt_cache)
-from . import qcache, turboquant, kvsplit, batch, mla_guard, dsv4  # noqa: F401  (registration)
+
+from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
+from .turbo_codec import TurboCodec
+from .calibrated import CalibratedTurboCodec, HalfCodec
+from .qcache import CodecKVCache
+from .turboquant import TurboQuantKVCache, to_turbo_quantized
+from .kvsplit import KVSplitCache, QuantizedRotatingKVCache, to_quantized_rotating
+from .batch import BatchQuantizedKVCache, BatchQuantizedRotatingKVCache
+from .planned import PlannedKVCache
+from .mla_guard import QuantizedMLACache, MLACache, uses_mla
+from .dsv4 import SparseKVCache
+from .schemes import KVScheme, parse_scheme, register_scheme_family, valid_schemes
+from .dispatch import install, uninstall, installed
+from .integrate import make_prompt_cache, cache_report, CacheReport, save_prompt_cache, load_prompt_cache
+from .models import load
+from . import recipe, cli, bench   # noqa: F401  (register the auto:B scheme family and the subcommands)
 
 try: install()
 except RuntimeError as _e:  # an untested mlx-lm: make_prompt_cache / install() raise the same message

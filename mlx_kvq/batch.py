@@ -8,8 +8,10 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/batch.html.md"""
 from __future__ import annotations
 import json
 import mlx.core as mx
+from fastcore.basics import patch_to
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll
-from .qcache import Codec, CachedSide, CodecKVCache, codec_attention, FORMAT_VERSION, register_cache_class, _read_config
+from .codecs import Codec, CachedSide, codec_attention
+from .qcache import CodecKVCache, FORMAT_VERSION, register_cache_class, _read_config
 from .kvsplit import Parts, _cat, _zeros_like_tokens, _grow_ring, _parts_from_state, QuantizedRotatingKVCache, KVSplitCache
 
 # %% auto #0
@@ -351,3 +353,8 @@ def merge_caches(caches):
     if kind is CodecKVCache: return BatchQuantizedKVCache.merge(caches)
     if kind is QuantizedRotatingKVCache: return BatchQuantizedRotatingKVCache.merge(caches)
     raise TypeError(f"merge_caches takes mlx_kvq quantized caches, got {kind.__name__}")
+
+@patch_to((CodecKVCache, QuantizedRotatingKVCache), cls_method=True)
+def merge(cls, caches):
+    "mlx-lm's batch constructor (used by `BatchGenerator`): the batched cache of these single caches"
+    return merge_caches(caches)

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import argparse, os, sys, time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
+
+import mlx.core as mx
+import mlx_lm
+from mlx.utils import tree_map
+from mlx_lm import stream_generate
+from mlx_lm.models import llama
+from mlx_lm.sample_utils import make_sampler
+from mlx_lm.utils import save_model, save_config
+
+from . import __version__
+from .integrate import make_prompt_cache, cache_report
+from .schemes import parse_scheme, valid_schemes
+from .models import load, cache_dir, embedded_model_path
+from .tiny import write_word_tokenizer
 
 # %% auto #0
 __all__ = ['OPENBLAS', 'COMMANDS', 'TINY_WORDS', 'openblas_env', 'reexec_with_openblas', 'CliError', 'Command',
            'register_command', 'generate_scheme', 'default_scheme', 'cache_options', 'cache_nbytes', 'run_generate',
            'run_info', 'build_parser', 'main', 'mlx_lm_server_arguments', 'server_prompt_cache', 'kvq_batch_generator',
-           'server_load', 'KVQServer', 'run_serve', 'write_tiny_model', 'layer_model', 'bench_caches', 'bench',
-           'bench_table', 'bench_header', 'run_bench']
+           'server_load', 'KVQServer', 'run_serve', 'write_tiny_model']
 
 # %% ../nbs/11_cli.ipynb #afb0c1d1
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
@@ -120,7 +134,6 @@ def _generate_arguments(p: argparse.ArgumentParser):
 # %% ../nbs/11_cli.ipynb #3575a393
 def generate_scheme(args) -> str:
     "The `--kv` scheme string that `args` ask for (validated by `mlx_kvq.integrate.parse_scheme`)."
-    from mlx_kvq.integrate import parse_scheme
     kv = args.kv
     if args.kv_bits is not None:
         if kv is not None and parse_scheme(kv) != parse_scheme(f"affine:{args.kv_bits}"):
@@ -156,11 +169,6 @@ def run_generate(args) -> int:
     "`mlx-kvq generate`: stream text with the chosen KV cache, then print speed, cache bytes and the per-layer report."
     scheme = cache_options(args)["kv"]  # before anything heavy: a bad scheme is an instant error
     prompt = _read_prompt(args.prompt)
-    import mlx.core as mx
-    from mlx_lm import stream_generate
-    from mlx_lm.sample_utils import make_sampler
-    from mlx_kvq.integrate import make_prompt_cache
-    from mlx_kvq.models import load
     mx.reset_peak_memory()  # the peak reported below is this command's (weights included)
     model, tokenizer = load(args.model, dtype=getattr(mx, args.dtype))
     if not args.ignore_chat_template and getattr(tokenizer, "has_chat_template", False):
@@ -191,17 +199,13 @@ register_command("generate", "generate text with a compressed KV cache and repor
 # %% ../nbs/11_cli.ipynb #85cfc89b
 def run_info(args) -> int:
     "`mlx-kvq info`: versions, device, BLAS and cache folder."
-    import mlx.core as mx, mlx_lm
-    from mlx_kvq import __version__
-    from mlx_kvq.models import cache_dir
-    from mlx_kvq.integrate import VALID_SCHEMES
     preload = os.environ.get("LD_PRELOAD", "")
     print(f"mlx_kvq {__version__}, mlx {mx.__version__}, mlx-lm {mlx_lm.__version__}, Python {sys.version.split()[0]}")
     print(f"device: {mx.default_device()}")
     print(f"OpenBLAS preloaded: {'yes' if OPENBLAS in preload.replace(':', ' ').split() else 'no'}"
           f"{' (re-executed by mlx-kvq)' if os.environ.get('_MLX_KVQ_REEXEC') else ''}")
     print(f"model cache: {cache_dir()}")
-    print(f"kv schemes: {VALID_SCHEMES}")
+    print(f"kv schemes: {valid_schemes()}")
     return 0
 
 register_command("info", "print versions, device, BLAS and the model cache folder", lambda p: None, run_info)
@@ -291,7 +295,6 @@ def _serve_arguments(p: argparse.ArgumentParser):
 # %% ../nbs/11_cli.ipynb #3d5338b4
 def server_prompt_cache(model, max_kv_size=None, *, options: dict):
     "mlx-lm's `make_prompt_cache(model, max_kv_size)` signature, returning `mlx_kvq.integrate.make_prompt_cache(model, **options)`"
-    from mlx_kvq.integrate import make_prompt_cache
     opts = dict(options)
     if max_kv_size is not None: opts["max_kv_size"] = max_kv_size
     return make_prompt_cache(model, **opts)
@@ -313,7 +316,6 @@ def server_load(path_or_hf_repo=None, tokenizer_config=None, model_config=None, 
     import json
     from pathlib import Path
     import mlx.core as mx
-    from mlx_kvq.models import load, embedded_model_path
     model, tokenizer = load(path_or_hf_repo, dtype=getattr(mx, dtype))
     if adapter_path is not None:
         from mlx_lm.utils import load_adapters
@@ -336,7 +338,6 @@ class KVQServer:
         from functools import partial
         from http.server import ThreadingHTTPServer
         import mlx_lm.server as S
-        from mlx_kvq.models import embedded_model_path
         self.options = cache_options(args)            # a bad scheme fails here, before anything loads
         if _OPEN_SERVER: raise RuntimeError("a KVQServer is already open in this process: close() it first")
         self.args = argparse.Namespace(**{**vars(args), "kv_bits": None})  # the scheme is in our caches
@@ -351,7 +352,6 @@ class KVQServer:
             self.provider = S.ModelProvider(self.args)
             self.provider.load_default()              # load here: a bad model or scheme fails before listening
             self.caches, self.report = S.make_prompt_cache(self.provider.model), None
-            from mlx_kvq.integrate import cache_report
             self.report = cache_report(self.caches, self.provider.model)
             self.prompt_cache = S.LRUPromptCache(self.args.prompt_cache_size)
             if self.args.prompt_cache_bytes is not None: self.prompt_cache = S.LRUPromptCache(
@@ -428,12 +428,6 @@ TINY_WORDS = ("<unk> <s> </s> the capital of france is paris germany berlin a an
 def write_tiny_model(path, *, seed: int = 0, head_dim: int = 64, n_layers: int = 2, scale: float = 2.0):
     """Write a tiny random llama model directory (float32 weights, word-level tokenizer over `TINY_WORDS`) to `path`;
     weights are mlx-lm's random init times `scale` (at 1 the greedy text just repeats the last word)"""
-    from pathlib import Path
-    import mlx.core as mx
-    from mlx.utils import tree_map
-    from mlx_lm.models import llama
-    from mlx_lm.utils import save_model, save_config
-    from mlx_kvq.mla_guard import write_word_tokenizer
     mx.random.seed(seed)
     args = llama.ModelArgs(model_type="llama", hidden_size=4 * head_dim, num_hidden_layers=n_layers, intermediate_size=128,
                            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=len(TINY_WORDS))
@@ -443,203 +437,6 @@ def write_tiny_model(path, *, seed: int = 0, head_dim: int = 64, n_layers: int =
     save_config({k: v for k, v in vars(args).items() if v is not None}, Path(path) / "config.json")
     write_word_tokenizer(path, TINY_WORDS)
     return Path(path)
-
-# %% ../nbs/11_cli.ipynb #40727240
-def _bench_scheme(text: str):
-    "`('mlx-lm', bits)` for mlx-lm's own affine cache, else the parsed mlx_kvq scheme string."
-    from mlx_kvq.integrate import parse_scheme
-    t = text.strip().lower()
-    if t.startswith("mlx-lm:"):
-        b = t.split(":", 1)[1]
-        if b not in ("2", "3", "4", "5", "6", "8"):
-            raise CliError(f"mlx-lm's quantized cache takes 2, 3, 4, 5, 6 or 8 bits: got {text!r} (e.g. mlx-lm:4)")
-        return ("mlx-lm", int(b))
-    return str(parse_scheme(t))
-
-def layer_model(n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128):
-    "A one-layer mlx-lm llama with that attention shape (weights never evaluated: only its caches are used)."
-    from mlx_lm.models import llama
-    if n_heads % n_kv_heads: raise CliError(f"query heads ({n_heads}) must be a multiple of KV heads ({n_kv_heads})")
-    return llama.Model(llama.ModelArgs(model_type="llama", hidden_size=n_heads * head_dim, num_hidden_layers=1,
-                                       intermediate_size=8, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                                       head_dim=head_dim, rms_norm_eps=1e-5, vocab_size=8))
-
-def _query_heads(model, n_kv):
-    a = getattr(model, "args", None)
-    for name in ("num_attention_heads", "n_heads", "num_heads"):
-        if isinstance(getattr(a, name, None), int): return getattr(a, name)
-    return n_kv
-
-def bench_caches(model, scheme, *, group_size: int = 64) -> list:
-    "The model's caches for one bench scheme (`_bench_scheme` output): mlx_kvq's, or mlx-lm's `QuantizedKVCache` for plain layers."
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache
-    from mlx_kvq.integrate import make_prompt_cache
-    if isinstance(scheme, tuple):
-        return [QuantizedKVCache(group_size, scheme[1]) if type(c) is KVCache else c for c in lm_make_prompt_cache(model)]
-    return make_prompt_cache(model, scheme, group_size=group_size)
-
-def _state_arrays(cache):
-    from mlx.utils import tree_flatten
-    import mlx.core as mx
-    return [v for _, v in tree_flatten(cache.state) if isinstance(v, mx.array)]
-
-def _fill(cache, shape, context, dtype, seed, chunk=2048):
-    "Fill `cache` with `context - 1` seeded random tokens in chunks, then one token; returns what the last `update_and_fetch` gave."
-    import mlx.core as mx
-    H, dk, dv = shape
-    def tokens(start, n):
-        k = mx.random.key(seed * 1_000_003 + start)
-        k1, k2 = mx.random.split(k)
-        return (mx.random.normal((1, H, n, dk), key=k1).astype(dtype), mx.random.normal((1, H, n, dv), key=k2).astype(dtype))
-    for s in range(0, context - 1, chunk):
-        cache.update_and_fetch(*tokens(s, min(chunk, context - 1 - s)))
-        mx.eval(_state_arrays(cache))
-    out = cache.update_and_fetch(*tokens(context - 1, 1))
-    mx.eval(_state_arrays(cache))
-    return out
-
-# %% ../nbs/11_cli.ipynb #497d2c79
-def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contexts=(256, 1024), *, model=None,
-          n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, dtype=None, group_size: int = 64,
-          calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None) -> list[dict]:
-    """Decode attention latency (ms per decode step, median) and cache bytes for each scheme and context, on one
-    attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts"""
-    import math, statistics
-    import mlx.core as mx
-    from mlx_kvq.integrate import scaled_dot_product_attention, probe_kv_shapes
-    parsed = [(s, _bench_scheme(s)) for s in schemes]               # bad schemes fail before anything is allocated
-    for c in contexts:
-        if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
-    for name, v in (("calls", calls), ("repeats", repeats)):
-        if v < 1: raise CliError(f"--{name} must be 1 or more, got {v}")
-    subject = layer_model(n_heads, n_kv_heads, head_dim) if model is None else model
-    if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
-    shapes = probe_kv_shapes(subject) or {}
-    layers = [(int(p), shp[:3]) for p, (_, shp) in shapes.items() if shp is not None and p.isdigit()]
-    if not layers: raise CliError("the model has no plain key/value cache layers to benchmark")
-    hq = n_heads if model is None else _query_heads(subject, layers[0][1][0])
-    parsed.sort(key=lambda p: p[1] != "fp16")                      # fp16 first: the reference of the other rows
-    rows, reference = [], {}
-    for context in contexts:
-        context = int(context)
-        mx.random.seed(seed)
-        qs = [[mx.random.normal((1, hq, 1, shp[1])).astype(dtype) for _, shp in layers] for _ in range(calls)]
-        mx.eval(qs)
-        fp16_ms = fp16_bytes = None
-        for name, scheme in parsed:
-            one = bench_caches(subject, scheme, group_size=group_size)
-            filled = [(one[i], _fill(one[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers]
-            nbytes = sum(int(c.nbytes) for c, _ in filled)
-            copies = max(1, min(calls, math.ceil(rotate_mib * 2**20 / max(nbytes, 1))))
-            sets = [filled]
-            for _ in range(copies - 1):
-                more = bench_caches(subject, scheme, group_size=group_size)
-                sets.append([(more[i], _fill(more[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers])
-            def step(j, cs):  # stop_gradient: a fresh handle, as mlx-lm's quantized SDPA scales its queries in place
-                return [scaled_dot_product_attention(mx.stop_gradient(qs[j][n]), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None)
-                        for n, (c, kv) in enumerate(cs)]
-            def run(): return [step(j, sets[j % copies]) for j in range(calls)]
-            for _ in range(warmup): mx.eval(run())
-            samples = []
-            for _ in range(repeats):
-                t0 = time.perf_counter(); mx.eval(run()); samples.append((time.perf_counter() - t0) / calls)
-            ms = 1e3 * statistics.median(samples)
-            out = [o.astype(mx.float32) for o in step(0, filled)]
-            if scheme == "fp16": reference[context] = out
-            ref = reference.get(context)
-            err = None
-            if ref is not None:
-                num = sum(float(mx.sum((o - r) ** 2)) for o, r in zip(out, ref))
-                err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in ref))
-            if scheme == "fp16": fp16_ms, fp16_bytes = ms, nbytes
-            rows.append(dict(context=context, scheme=name, ms=ms, nbytes=nbytes, bytes_per_token=nbytes / context,
-                             rel_error=err, ms_vs_fp16=None if fp16_ms is None else ms / fp16_ms,
-                             smaller_than_fp16=None if fp16_bytes is None else fp16_bytes / nbytes, copies=copies,
-                             layers=len(layers)))
-            if progress: progress(rows[-1])
-            del sets, filled, one
-    return rows
-
-# %% ../nbs/11_cli.ipynb #b04effec
-def _fmt(v, spec, none="-"): return none if v is None else format(v, spec)
-
-def bench_table(rows) -> str:
-    "The bench rows as a markdown table."
-    out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | rel. error vs fp16 |",
-           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x | "
-                   f"{r['nbytes'] / 2**20:.2f} | {_fmt(r['smaller_than_fp16'], '.2f')}x | {r['bytes_per_token']:,.0f} | "
-                   f"{_fmt(r['rel_error'], '.2e')} |")
-    return "\n".join(out)
-
-def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5) -> str:
-    "One line naming what was measured, on what, when."
-    import datetime, platform
-    import mlx.core as mx
-    dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
-    what = f"model {model}" if model is not None else f"one layer, {n_heads} query / {n_kv_heads} KV heads, head dim {head_dim}"
-    blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
-    return (f"{what}, {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
-            f"MLX {mx.__version__} {'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; median of {repeats} x "
-            f"{calls} calls per eval; {datetime.date.today().isoformat()}")
-
-# %% ../nbs/11_cli.ipynb #5ceb46de
-def _bench_arguments(p: argparse.ArgumentParser):
-    p.add_argument("--kv", nargs="+", default=["fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"], metavar="SCHEME",
-                   help="schemes to compare: fp16, affine:B, affine:BK,BV, turbo:B, turbo:3.5, KEYS/VALUES, and mlx-lm:B for "
-                        "mlx-lm's own QuantizedKVCache (default: %(default)s)")
-    p.add_argument("--context", nargs="+", type=_positive_int, default=[256, 1024], metavar="N",
-                   help="context lengths in tokens (default: %(default)s; e.g. 4096 16384 65536 131072 on a GPU)")
-    p.add_argument("--model", "-m", default=None,
-                   help="benchmark every cache layer of this mlx-lm model ('embedded': the embedded Gemma 3 270M) "
-                        "instead of one layer of the shape below")
-    p.add_argument("--heads", type=_positive_int, default=32, metavar="HQ", help="query heads (default: %(default)s)")
-    p.add_argument("--kv-heads", type=_positive_int, default=8, metavar="HKV", help="key/value heads (default: %(default)s)")
-    p.add_argument("--head-dim", type=_positive_int, default=128, metavar="D", help="head dimension (default: %(default)s)")
-    p.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
-                   help="dtype of keys, values, queries and fp16 caches; auto: float16 on a GPU, float32 on CPU (default: auto)")
-    p.add_argument("--kv-group-size", type=_positive_int, default=64, metavar="G", help="affine group size (default: %(default)s)")
-    p.add_argument("--calls", type=_positive_int, default=8, metavar="N",
-                   help="independent attention calls per timed mx.eval (default: %(default)s)")
-    p.add_argument("--repeats", type=_positive_int, default=5, metavar="N", help="timed samples per row; the median is reported (default: %(default)s)")
-    p.add_argument("--warmup", type=_nonneg_int, default=2, metavar="N", help="untimed runs first (default: %(default)s)")
-    p.add_argument("--rotate-mib", type=float, default=64, metavar="MIB",
-                   help="rotate the calls over filled copies of the cache totalling at least this much (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of keys, values and queries (default: %(default)s)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and the header to PATH as JSON")
-
-def run_bench(args) -> int:
-    "`mlx-kvq bench`: print the header line and the markdown table."
-    import json
-    for s in args.kv: _bench_scheme(s)                       # bad schemes fail before the model loads
-    if args.heads % args.kv_heads:
-        raise CliError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
-    import mlx.core as mx
-    dtype = None if args.dtype == "auto" else getattr(mx, args.dtype)
-    model = None
-    if args.model is not None:
-        from mlx_kvq.models import load
-        model, _ = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
-    kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
-              repeats=args.repeats)
-    header = bench_header(model=args.model, **kw)
-    print(header, flush=True)
-    rows = bench(args.kv, args.context, model=model, group_size=args.kv_group_size, warmup=args.warmup,
-                 rotate_mib=args.rotate_mib, seed=args.seed, progress=lambda r: print(
-                     f"  {r['context']:>7,} {r['scheme']:<12} {r['ms']:.3f} ms", file=sys.stderr, flush=True), **kw)
-    print(bench_table(rows))
-    if args.json:
-        with open(args.json, "w") as f: json.dump(dict(header=header, rows=rows), f, indent=1)
-    return 0
-
-register_command("bench", "decode attention latency and cache bytes vs context for KV-cache schemes",
-                 _bench_arguments, run_bench,
-                 "Time one decode step's attention (one query token against the whole cache) and count the cache's bytes "
-                 "for each --kv scheme at each --context, on one attention layer (default 32 query / 8 KV heads, head "
-                 "dim 128) or on every cache layer of --model; print a markdown table with ratios to fp16 and each "
-                 "scheme's relative error against fp16 on the same keys. Warm-up first, several independent calls per "
-                 "mx.eval, median of --repeats.")
 
 # %% ../nbs/11_cli.ipynb #d2ff16b8
 from .eval import EVAL_HELP, EVAL_DESCRIPTION, eval_parser, eval_command

@@ -17,6 +17,9 @@ import mlx_lm
 from mlx_lm.models import cache as mlc
 from tqdm import tqdm
 
+from . import integrate
+from .models import load, pydoc_text
+
 # %% auto #0
 __all__ = ['MLX_LM_BITS', 'MLX_LM_GROUP_SIZES', 'REFERENCE', 'SUMMARY_COLUMNS', 'COLUMNS', 'PASSKEY_INTRO', 'PASSKEY_NEEDLE',
            'PASSKEY_QUESTION', 'DEFAULT_SCHEMES', 'EVAL_HELP', 'EVAL_DESCRIPTION', 'Scheme', 'mlx_lm_scheme',
@@ -51,12 +54,6 @@ def mlx_lm_scheme(bits:int|None=None, group_size:int=64) -> Scheme:
     return Scheme(name, make_cache)
 
 # %% ../nbs/10_eval.ipynb #33412f31
-def _integrate():
-    "mlx_kvq.integrate, or None while it does not exist."
-    try: from mlx_kvq import integrate
-    except ImportError: return None
-    return integrate if hasattr(integrate, 'make_prompt_cache') else None
-
 _MLX_LM_RE = re.compile(r'^mlx-lm(?::(\d+)(?::g(\d+))?)?$')
 
 def resolve_scheme(scheme, **options) -> Scheme:
@@ -68,10 +65,6 @@ def resolve_scheme(scheme, **options) -> Scheme:
         m = _MLX_LM_RE.match(s)
         if m is None: raise ValueError(f"unknown scheme {s!r}: mlx-lm's caches are spelled 'mlx-lm', 'mlx-lm:B' or 'mlx-lm:B:gG' (e.g. 'mlx-lm:4:g32')")
         return mlx_lm_scheme(None if m[1] is None else int(m[1]), 64 if m[2] is None else int(m[2]))
-    integrate = _integrate()
-    if integrate is None:
-        raise ValueError(f"scheme {s!r} needs mlx_kvq.integrate, which is not importable here; "
-                         "mlx-lm's own caches are available as 'mlx-lm' and 'mlx-lm:B'")
     integrate.parse_scheme(s)   # raises ValueError naming the grammar
     return Scheme(s, lambda model: integrate.make_prompt_cache(model, kv=s, **options))
 
@@ -398,7 +391,6 @@ def passkey_eval(model, tokenizer, schemes:Sequence, *, lengths=(1024, 2048, 409
                  filler_ids=None, seed:int=0, n_new:int=8, chunk:int=256, progress:bool=True, **cache_options) -> list:
     "Passkey retrieval rows (scheme, length, depth, key, answer, correct) for the reference and each scheme."
     if filler_ids is None:
-        from mlx_kvq.models import pydoc_text
         filler_ids = _encode(tokenizer, pydoc_text())
     lengths = check_contexts(lengths, 10**12, context_limit(model), chunk, 0, n_new)
     resolved = [Scheme(REFERENCE, mlx_lm_scheme(None).make_cache), *(resolve_scheme(s, **cache_options) for s in schemes)]
@@ -500,7 +492,6 @@ def _cache_options(args) -> dict:
 
 def eval_command(args) -> int:
     "Run `mlx-kvq eval` from parsed arguments."
-    from mlx_kvq.models import load, pydoc_text
     opts = _cache_options(args)
     for s in args.kv: resolve_scheme(s, **opts)                 # bad schemes fail before the model loads
     text_name = args.text or 'pydoc_data.topics'

@@ -12,238 +12,31 @@ from typing import Any, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx_lm
-from mlx_lm.models import base as lm_base
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import (KVCache, RotatingKVCache, ArraysCache, CacheList, ChunkedKVCache,
                                  QuantizedKVCache)
-
-from . import qcache
-from .qcache import AffineCodec, Codec, CodecKVCache, register_codec, AFFINE_BITS
-from .turboquant import TurboCodec, TurboQuantKVCache, TURBO_BITS
-from .kvsplit import rotating_twin
-from .mla_guard import guarded_prompt_cache, cache_kind, apply_mla_scheme, parse_mla_scheme
-from .dsv4 import SparseKVCache
 from mlx.utils import tree_flatten
 
+from .codecs import Fp16Codec
+from .qcache import CodecKVCache
+from .turboquant import TurboQuantKVCache
+from .kvsplit import rotating_twin
+from .mla_guard import (guarded_prompt_cache, cache_kind, parse_mla_scheme, convert_mla_cache, mla_info,
+                               _is_marker)
+from .dsv4 import SparseKVCache
+from . import dispatch
+from .dispatch import install, uninstall, installed, scaled_dot_product_attention, check_mlx_lm_version
+from .schemes import (KVScheme, CodecPair, SCHEME_FAMILIES, parse_scheme, side_codec, codec_side, cache_scheme,
+                             valid_schemes, VALID_SCHEMES, FRACTIONAL_EXTRA_BIT, SIDE_KINDS, register_scheme_family)
+# names this module has always offered (their homes are the layers below)
+from .codecs import Codec, AffineCodec, AFFINE_BITS, register_codec
+from .turbo_codec import TurboCodec, TURBO_BITS
+from .dispatch import TESTED_MLX_LM
+
 # %% auto #0
-__all__ = ['FRACTIONAL_EXTRA_BIT', 'SIDE_KINDS', 'VALID_SCHEMES', 'TESTED_MLX_LM', 'log', 'KVQ_FILE_FORMAT', 'KVScheme',
-           'AutoScheme', 'parse_scheme', 'check_mlx_lm_version', 'scaled_dot_product_attention', 'install', 'uninstall',
-           'installed', 'Fp16Codec', 'side_codec', 'codec_side', 'CodecPair', 'cache_scheme', 'LayerReport',
-           'CacheReport', 'probe_kv_shapes', 'cache_report', 'make_prompt_cache', 'file_scheme', 'save_prompt_cache',
-           'load_prompt_cache']
-
-# %% ../nbs/08_mlx_lm.ipynb #93e015fa
-FRACTIONAL_EXTRA_BIT = 'keys'  # measured: turbo:4,3 KL 0.2265 vs turbo:3,4 KL 0.7487 (embedded Gemma, 03_turboquant)
-SIDE_KINDS = ('fp16', 'affine', 'turbo')
-
-VALID_SCHEMES = ("fp16 | affine:B | affine:BK,BV (B in {affine}) | turbo:B | turbo:BK,BV (B in 1-8) | "
-                 "turbo:B.5 (B in 1-7, e.g. turbo:3.5) | KEYS/VALUES with one of fp16, affine:B, turbo:B "
-                 "on each side (e.g. affine:8/turbo:4) | auto:B (planned per layer within B bits per value, "
-                 "B in 1-16, e.g. auto:4)").format(affine=','.join(map(str, AFFINE_BITS)))
-
-def _check_bits(kind, side, b):
-    ok = AFFINE_BITS if kind == 'affine' else TURBO_BITS
-    if b not in ok:
-        rng = ','.join(map(str, ok)) if kind == 'affine' else f"{min(ok)}-{max(ok)}"
-        raise ValueError(f"{kind} {side} bits must be {rng}, got {b}")
-
-@dataclass(frozen=True)
-class KVScheme:
-    "What keys and values of a quantized layer become: a kind (`fp16`, `affine`, `turbo`) and bits per side"
-    k_kind: str = 'fp16'
-    k_bits: Optional[int] = None
-    v_kind: str = 'fp16'
-    v_bits: Optional[int] = None
-    def __post_init__(self):
-        for side, kind, b in (('key', self.k_kind, self.k_bits), ('value', self.v_kind, self.v_bits)):
-            if kind not in SIDE_KINDS:
-                raise ValueError(f"unknown {side} scheme kind {kind!r}; valid: {', '.join(SIDE_KINDS)}")
-            if kind == 'fp16':
-                if b is not None: raise ValueError(f"fp16 {side}s take no bits, got {b}")
-            else: _check_bits(kind, side, b)
-    @property
-    def is_fp16(self): return self.k_kind == self.v_kind == 'fp16'
-    @property
-    def is_turbo(self): return self.k_kind == self.v_kind == 'turbo'
-    def side(self, which):
-        "`(kind, bits)` of 'keys' or 'values'"
-        return (self.k_kind, self.k_bits) if which == 'keys' else (self.v_kind, self.v_bits)
-    def __str__(self):
-        one = lambda kind, b: kind if kind == 'fp16' else f"{kind}:{b}"
-        if self.k_kind != self.v_kind: return f"{one(self.k_kind, self.k_bits)}/{one(self.v_kind, self.v_bits)}"
-        if self.is_fp16: return 'fp16'
-        if self.k_bits == self.v_bits: return f"{self.k_kind}:{self.k_bits}"
-        return f"{self.k_kind}:{self.k_bits},{self.v_bits}"
-
-@dataclass(frozen=True)
-class AutoScheme:
-    "`auto:B`: mlx_kvq's planner (`mlx_kvq.recipe`) picks each layer's key and value codecs within B stored bits per value"
-    budget: float
-    def __post_init__(self):
-        if not 1 <= self.budget <= 16: raise ValueError(f"auto budget must be 1-16 bits per value, got {self.budget:g}")
-    is_fp16 = False
-    is_turbo = False
-    def __str__(self): return f"auto:{self.budget:g}"
-
-# %% ../nbs/08_mlx_lm.ipynb #afb9c360
-_SIDE = re.compile(r'^(fp16|affine:\d+|turbo:\d+)$')
-
-def _bad(text, why=''):
-    return ValueError(f"invalid kv scheme {text!r}{': ' + why if why else ''}; valid forms: {VALID_SCHEMES}")
-
-def _parse_side(text, part):
-    if not _SIDE.match(part): raise _bad(text, f"{part!r} is not fp16, affine:B or turbo:B")
-    if part == 'fp16': return 'fp16', None
-    kind, b = part.split(':')
-    return kind, int(b)
-
-def parse_scheme(text) -> KVScheme:
-    "Parse a kv scheme such as `fp16`, `affine:8,4`, `turbo:3`, `turbo:3.5`, `affine:8/turbo:4` or `auto:4`"
-    if isinstance(text, (KVScheme, AutoScheme)): return text
-    if text is None: return KVScheme()
-    if not isinstance(text, str): raise TypeError(f"kv scheme must be a string such as 'turbo:3', got {type(text).__name__}")
-    t = text.strip().lower().replace(' ', '')
-    try:
-        if '/' in t:
-            parts = t.split('/')
-            if len(parts) != 2: raise _bad(text, "use one '/' between the key and the value scheme")
-            (kk, kb), (vk, vb) = (_parse_side(text, p) for p in parts)
-            return KVScheme(kk, kb, vk, vb)
-        if t == 'fp16': return KVScheme()
-        m = re.match(r'^auto:(\d+(?:\.\d+)?)$', t)
-        if m: return AutoScheme(float(m.group(1)))
-        m = re.match(r'^(affine|turbo):(\d+)(?:,(\d+))?$', t)
-        if m:
-            kind, kb = m.group(1), int(m.group(2))
-            vb = int(m.group(3)) if m.group(3) else kb
-            return KVScheme(kind, kb, kind, vb)
-        m = re.match(r'^(affine|turbo):(\d+)\.5$', t)
-        if m:
-            if m.group(1) != 'turbo': raise _bad(text, "fractional bits exist for turbo only")
-            b = int(m.group(2))
-            if not 1 <= b <= 7: raise ValueError(f"turbo fractional bits must be 1.5-7.5, got {b}.5; valid forms: {VALID_SCHEMES}")
-            return KVScheme('turbo', b + 1, 'turbo', b) if FRACTIONAL_EXTRA_BIT == 'keys' else KVScheme('turbo', b, 'turbo', b + 1)
-    except ValueError as e:
-        if 'valid forms' in str(e): raise
-        raise ValueError(f"{e}; valid forms: {VALID_SCHEMES}") from None
-    raise _bad(text)
-
-# %% ../nbs/08_mlx_lm.ipynb #646eb3fb
-TESTED_MLX_LM = '0.32'
-
-def check_mlx_lm_version(version=None):
-    "Raise a RuntimeError naming the fix unless mlx-lm `version` (default: the installed one) is a tested one"
-    version = version or mlx_lm.__version__
-    if version.split('.')[:2] != TESTED_MLX_LM.split('.'):
-        raise RuntimeError(f"mlx_kvq is tested with mlx-lm {TESTED_MLX_LM}.x and found mlx-lm {version}: "
-                           f"install a tested version with pip install 'mlx-lm>={TESTED_MLX_LM}.2,<0.33' "
-                           "(mlx_kvq patches mlx-lm's attention function and cache classes, which change between "
-                           "minor versions), or call mlx_kvq.install(allow_untested=True) at your own risk")
-
-def _mlx_lm_sdpa():
-    "mlx-lm's own `scaled_dot_product_attention`, even while the dispatcher is installed"
-    f = lm_base.scaled_dot_product_attention
-    return getattr(lm_base, '_mlx_kvq_original_sdpa', f) if getattr(f, '_mlx_kvq_dispatch', False) else f
-
-def scaled_dot_product_attention(queries, keys, values, cache, scale: float, mask: Optional[mx.array],
-                                 sinks: Optional[mx.array] = None) -> mx.array:
-    "mlx-lm's attention entry point: `cache.attend(...)` for caches that own their attention, mlx-lm's function otherwise"
-    attend = getattr(cache, 'attend', None)
-    if attend is not None:
-        return attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
-    return lm_base._mlx_kvq_original_sdpa(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
-
-scaled_dot_product_attention._mlx_kvq_dispatch = True
-if not hasattr(lm_base, '_mlx_kvq_original_sdpa'): lm_base._mlx_kvq_original_sdpa = _mlx_lm_sdpa()
-
-def _bound_modules():
-    "(name, module) of every imported module that holds mlx-lm's attention function or a dispatcher by that name"
-    out = []
-    for name, mod in list(sys.modules.items()):
-        try: d = vars(mod)
-        except TypeError: continue
-        if d is globals(): continue          # this module: its name is the dispatcher itself
-        f = d.get('scaled_dot_product_attention')
-        if f is not None and (f is lm_base._mlx_kvq_original_sdpa or getattr(f, '_mlx_kvq_dispatch', False)):
-            out.append((name, mod))
-    return out
-
-def _sweep():
-    """Point every imported module holding mlx-lm's function (mlx-lm's models, and any other module that imported
-    it by name) at the dispatcher; returns the names of the modules that now hold it"""
-    patched = []
-    for name, mod in _bound_modules():
-        setattr(mod, 'scaled_dot_product_attention', scaled_dot_product_attention); patched.append(name)
-    return sorted(patched)
-
-def install(allow_untested=False):
-    "Install the attention dispatch into mlx-lm (idempotent); returns the names of the patched modules"
-    if not allow_untested: check_mlx_lm_version()
-    qcache.reregister_cache_classes()
-    return _sweep()
-
-def uninstall():
-    "Give mlx-lm its own `scaled_dot_product_attention` back everywhere the dispatcher was installed"
-    orig, restored = lm_base._mlx_kvq_original_sdpa, []
-    for name, mod in _bound_modules():
-        if getattr(vars(mod)['scaled_dot_product_attention'], '_mlx_kvq_dispatch', False):
-            setattr(mod, 'scaled_dot_product_attention', orig); restored.append(name)
-    return sorted(restored)
-
-def installed() -> bool:
-    "Whether mlx-lm's attention currently goes through the dispatcher"
-    return getattr(lm_base.scaled_dot_product_attention, '_mlx_kvq_dispatch', False)
-
-# %% ../nbs/08_mlx_lm.ipynb #9eb976f7
-@register_codec
-class Fp16Codec(Codec):
-    "The exact side of a mixed scheme (`fp16/turbo:3`): vectors kept as they are"
-    name = 'fp16'
-    def __init__(self, itemsize=None): self.itemsize = itemsize
-    def config(self): return dict(codec=self.name, itemsize=self.itemsize)
-    def encode(self, x):
-        if self.itemsize is None: self.itemsize = x.dtype.size
-        return (x,)
-    def decode(self, parts, dtype=mx.float32): return parts[0].astype(dtype)
-    def bytes_per_token(self, dim): return dim * (self.itemsize or 2)
-
-def side_codec(kind, bits, *, group_size=64, seed=0):
-    "The codec for one side of a scheme: `side_codec('turbo', 3, seed=1)`, `side_codec('affine', 8, group_size=64)`"
-    if kind == 'fp16': return Fp16Codec()
-    if kind == 'affine': return AffineCodec(bits, group_size)
-    if kind == 'turbo': return TurboCodec(bits, seed=seed)
-    raise ValueError(f"unknown scheme kind {kind!r}; valid: {', '.join(SIDE_KINDS)}")
-
-def codec_side(codec) -> tuple:
-    "`(kind, bits)` of a codec, the inverse of `side_codec`"
-    cfg = codec.config()
-    kind = cfg.get('codec')
-    if kind == 'fp16': return 'fp16', None
-    return kind, cfg.get('bits')
-
-@dataclass(frozen=True)
-class CodecPair:
-    "The scheme of a cache whose codecs are outside the grammar (e.g. the calibrated codecs `auto:B` plans)"
-    k: str
-    v: str
-    is_fp16 = False
-    is_turbo = False
-    def __str__(self): return self.k if self.k == self.v else f"{self.k}/{self.v}"
-
-def cache_scheme(cache) -> Optional[KVScheme]:
-    "The scheme a cache leaf stores (fp16 for mlx-lm's unquantized caches); None for caches holding no keys/values"
-    sch = getattr(cache, 'scheme', None)
-    if isinstance(sch, KVScheme): return sch
-    if isinstance(sch, str): return parse_scheme(sch)
-    if hasattr(cache, 'k_codec') and hasattr(cache, 'v_codec'):
-        (kk, kb), (vk, vb) = codec_side(cache.k_codec), codec_side(cache.v_codec)
-        if kk in SIDE_KINDS and vk in SIDE_KINDS: return KVScheme(kk, kb, vk, vb)
-        one = lambda kind, b: kind if b is None else f"{kind}:{b}"
-        return CodecPair(one(kk, kb), one(vk, vb))     # e.g. the planner's calibrated codecs (auto:B)
-    if isinstance(cache, QuantizedKVCache): return KVScheme('affine', cache.bits, 'affine', cache.bits)
-    if isinstance(cache, (ArraysCache, CacheList)): return None
-    return KVScheme()
+__all__ = ['log', 'KVQ_FILE_FORMAT', 'LayerReport', 'CacheReport', 'probe_kv_shapes', 'cache_report', 'tokens_held',
+           'values_held', 'kv_bytes', 'bits_per_value', 'apply_mla_scheme', 'make_prompt_cache', 'file_scheme',
+           'save_prompt_cache', 'load_prompt_cache']
 
 # %% ../nbs/08_mlx_lm.ipynb #c44b80e4
 log = logging.getLogger('mlx_kvq')
@@ -283,7 +76,7 @@ def _kind(cache, model): return cache_kind(cache, model)
 def _model_reaches_dispatch(model):
     "Whether some module `model` is built from calls the dispatcher by the name mlx-lm models use"
     names = {type(m).__module__ for _, m in model.named_modules()} | {type(model).__module__}
-    return any(getattr(sys.modules.get(n), '__dict__', {}).get('scaled_dot_product_attention') is scaled_dot_product_attention
+    return any(getattr(sys.modules.get(n), '__dict__', {}).get('scaled_dot_product_attention') is dispatch.scaled_dot_product_attention
                for n in names)
 
 @dataclass
@@ -297,6 +90,7 @@ class LayerReport:
     note: str = ''
     bytes_before: Optional[int] = None   # per token, all KV heads, keys + values
     bytes_after: Optional[int] = None
+    values_per_token: Optional[float] = None   # key/value elements one token adds (heads x (k_dim + v_dim))
 
 @dataclass
 class CacheReport:
@@ -312,6 +106,11 @@ class CacheReport:
     def bytes_per_token_before(self): return self._total('bytes_before')
     @property
     def bytes_per_token_after(self): return self._total('bytes_after')
+    @property
+    def bits_per_value(self):
+        "Stored bits per key/value element of a new token, over every layer (the package's one definition)"
+        a, v = self.bytes_per_token_after, self._total('values_per_token')
+        return 8 * a / v if a is not None and v else None
     def summary(self) -> str:
         "The one-line log message"
         n, c = len(self.layers), len(self.converted)
@@ -321,7 +120,7 @@ class CacheReport:
             if l.before == l.after: kept[l.note or l.kind] = kept.get(l.note or l.kind, 0) + 1
         if kept: s += '; unchanged: ' + ', '.join(f"{v} {k}" for k, v in kept.items())
         b, a = self.bytes_per_token_before, self.bytes_per_token_after
-        if b and a: s += f"; {b} -> {a} bytes per token ({b / a:.2f}x)"
+        if b and a: s += f"; {b} -> {a} bytes per token ({b / a:.2f}x, {self.bits_per_value:.2f} bits per value)"
         return s
     def table(self) -> str:
         "Markdown table, runs of equal rows folded"
@@ -383,6 +182,7 @@ def _sparse_bytes(report, caches, model):
         l.bytes_before = SparseKVCache.bytes_per_token(a.head_dim, a.index_head_dim, c.ratio, item)
         l.bytes_after = SparseKVCache.bytes_per_token(a.head_dim, a.index_head_dim, c.ratio, item,
                                                       c.entries.codec, c.index_entries.codec)
+        l.values_per_token = l.bytes_before / item
     return report
 
 def _add_bytes(report, caches, model):
@@ -395,6 +195,7 @@ def _add_bytes(report, caches, model):
         before_cls, shp = shapes.get(l.path, (None, None))
         l.bytes_before = None if before_cls is None else (0 if shp is None else shp[0] * (shp[1] + shp[2]) * shp[3])
         l.bytes_after = None if before_cls is None else _bytes_per_token(leaves[l.path], shp)
+        l.values_per_token = None if before_cls is None else (0 if shp is None else shp[0] * (shp[1] + shp[2]))
     return report
 
 def cache_report(caches, model=None) -> CacheReport:
@@ -410,6 +211,94 @@ def cache_report(caches, model=None) -> CacheReport:
     rep = CacheReport('fp16' if not schemes else '+'.join(sorted(schemes)), layers)
     return _add_bytes(rep, caches, model) if model is not None else rep
 
+# %% ../nbs/08_mlx_lm.ipynb #eb629872
+def tokens_held(cache) -> int:
+    "Tokens one cache leaf keeps now: every token so far, or what a sliding (rotating) buffer holds"
+    n = int(getattr(cache, 'offset', 0) or 0)
+    if not isinstance(getattr(cache, 'max_size', None), int): return n
+    k = getattr(cache, 'keys', None)           # a ring: an array or kvsplit's Parts, (B, H, L, w)
+    return 0 if k is None else min(n, int(k.shape[2]))
+
+def _sparse_values(c, model) -> int:
+    "DeepSeek-V4 layer: window rows and compressed entries (head_dim each) and index keys (index_head_dim)"
+    a = model.args
+    return a.head_dim * (min(c.offset, c.window) + c.entries.n) + a.index_head_dim * c.index_entries.n
+
+def values_held(caches, model, shapes=None) -> int:
+    """KV values (elements) the caches hold now: per leaf, tokens held x KV heads x (key dim + value dim) at the
+    model's own shapes (`probe_kv_shapes`), batch rows counted; DeepSeek-V4 sparse layers count their window rows,
+    compressed entries and index keys"""
+    shapes = probe_kv_shapes(model) if shapes is None else shapes
+    tot = 0
+    for p, c in _leaves(caches):
+        if isinstance(c, SparseKVCache): tot += _sparse_values(c, model); continue
+        shp = (shapes or {}).get(_path(p), (None, None))[1]
+        if shp is None: continue
+        H, dk, dv, _ = shp
+        k = getattr(c, 'keys', None)
+        rows = k.shape[0] if isinstance(k, mx.array) else 1
+        tot += rows * tokens_held(c) * H * (dk + dv)
+    return tot
+
+def kv_bytes(caches) -> int:
+    "Bytes the caches keep alive: the sum of every leaf's `nbytes` (CacheLists summed over their parts)"
+    return int(sum(c.nbytes for _, c in _leaves(caches)))
+
+def bits_per_value(caches, model, shapes=None) -> float:
+    """Stored bits per KV value: every byte the caches keep (`nbytes`: codes, scales, norms, exact tokens, unused
+    capacity) over every value they hold (`values_held`). The one definition every table of mlx_kvq prints"""
+    v = values_held(caches, model, shapes)
+    return 8 * kv_bytes(caches) / v if v else float('nan')
+
+
+# %% ../nbs/08_mlx_lm.ipynb #6ea1ba71
+def _model_itemsize(model, info):
+    "Bytes per element of the model's latent (the dtype of its first MLA attention's `kv_a_layernorm`)"
+    mods = dict(model.named_modules())
+    norm = getattr(mods.get(info.attention_paths[0]), "kv_a_layernorm", None) if info.attention_paths else None
+    w = getattr(norm, "weight", None)
+    return w.dtype.size if isinstance(w, mx.array) else None
+
+def apply_mla_scheme(caches: list, scheme, *, report=None, model=None, layers=None, group_size: int = 64,
+                     window: int = 0, quantized_kv_start: int = 0, seed: int = 0) -> list:
+    """`caches` with every MLA latent converted by `convert_mla_cache` (other caches unchanged). With `model`, the
+    RoPE key's element size is known before the first token (for bytes per token); `layers` (indices into
+    `caches`, default all) limits which layers are converted, e.g. to keep full-precision edge layers; with
+    `report` (a `mlx_kvq.integrate.CacheReport`) the rows of converted leaves are rewritten."""
+    parse_mla_scheme(scheme, group_size=group_size, seed=seed)             # bad schemes raise before any change
+    kw = dict(group_size=group_size, window=window, quantized_kv_start=quantized_kv_start, seed=seed)
+    info = mla_info(model) if model is not None else None
+    item = _model_itemsize(model, info) if info is not None and info.uses_mla else None
+    def visit(c):
+        if isinstance(c, CacheList):
+            subs = [visit(x) for x in c.caches]
+            return c if all(a is b for a, b in zip(subs, c.caches)) else CacheList(*subs)
+        if not _is_marker(c): return c
+        new = convert_mla_cache(c, scheme, **kw)
+        if new is not c and item and new.v_codec.itemsize is None: new.v_codec.itemsize = item
+        return new
+    keep = None if layers is None else {int(i) for i in layers}
+    out = [visit(c) if keep is None or i in keep else c for i, c in enumerate(caches)]
+    if report is not None: _rewrite_report(report, out, scheme, info)
+    return out
+
+def _rewrite_report(report, caches, scheme, info):
+    leaves = {}
+    def walk(cs, prefix):
+        for i, c in enumerate(cs):
+            if isinstance(c, CacheList): walk(c.caches, prefix + (i,))
+            else: leaves[".".join(map(str, prefix + (i,)))] = c
+    walk(caches, ())
+    changed = False
+    for l in report.layers:
+        c = leaves.get(l.path)
+        if not getattr(type(c), "_mla_latent_quantized", False) or l.after == type(c).__name__: continue
+        l.after, l.scheme, changed = type(c).__name__, str(cache_scheme(c)), True
+        l.note = f"MLA latent {scheme}, RoPE key exact (logit error: mla_guard notebook)"
+        if info is not None and info.kv_lora_rank and info.qk_rope_head_dim and l.bytes_before is not None:
+            l.bytes_after = c.k_codec.bytes_per_token(info.kv_lora_rank) + c.v_codec.bytes_per_token(info.qk_rope_head_dim)
+    if changed: report.scheme = f"{report.scheme}, mla={scheme}"
+
 # %% ../nbs/08_mlx_lm.ipynb #09f4bfe8
 def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, window: int = 0, sink: int = 0,
                       max_kv_size: Optional[int] = None, quantized_kv_start: int = 0, group_size: int = 64,
@@ -419,10 +308,11 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
     `mlx_lm.generate` / `stream_generate` take as `prompt_cache`); `mla_kv` (e.g. 'affine:8') also quantizes
     MLA latents through `mlx_kvq.mla_guard.apply_mla_scheme`; with `return_report`, `(caches, CacheReport)`"""
     scheme = parse_scheme(kv)
-    if isinstance(scheme, AutoScheme):
-        return _planned_prompt_cache(model, scheme, fp16_layers=fp16_layers, window=window, sink=sink,
-                                     max_kv_size=max_kv_size, quantized_kv_start=quantized_kv_start, mla_kv=mla_kv,
-                                     return_report=return_report, tokenizer=tokenizer, calib_tokens=calib_tokens)
+    fam = SCHEME_FAMILIES.get(getattr(scheme, 'family', None))
+    if fam is not None:     # e.g. auto:B, registered by mlx_kvq.recipe
+        return fam.build(model, scheme, fp16_layers=fp16_layers, window=window, sink=sink, max_kv_size=max_kv_size,
+                         quantized_kv_start=quantized_kv_start, group_size=group_size, k_seed=k_seed, v_seed=v_seed,
+                         mla_kv=mla_kv, return_report=return_report, tokenizer=tokenizer, calib_tokens=calib_tokens)
     if mla_kv is not None: parse_mla_scheme(mla_kv, group_size=group_size, seed=k_seed)   # bad latent schemes raise here
     for nm, v in (('fp16_layers', fp16_layers), ('window', window), ('sink', sink),
                   ('quantized_kv_start', quantized_kv_start), ('k_seed', k_seed), ('v_seed', v_seed)):
@@ -483,24 +373,6 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
     log.info(report.summary())
     return (caches, report) if return_report else caches
 
-def _planned_prompt_cache(model, scheme, *, fp16_layers, window, sink, max_kv_size, quantized_kv_start, mla_kv,
-                          return_report, tokenizer, calib_tokens):
-    "`kv='auto:B'`: plan on calibration text (`mlx_kvq.recipe.plan`) and build the planned caches"
-    for nm, v, default in (('fp16_layers', fp16_layers, 0), ('max_kv_size', max_kv_size, None),
-                           ('quantized_kv_start', quantized_kv_start, 0), ('mla_kv', mla_kv, None)):
-        if v != default:
-            raise ValueError(f"{nm} does not combine with kv={scheme}: the planner chooses every layer itself "
-                             "(drop it, or use a fixed scheme such as turbo:4)")
-    _check_int('window', window); _check_int('sink', sink)
-    from mlx_kvq import recipe
-    install()
-    # the plan is made once per model and budget (`recipe.auto_prompt_cache` memoizes it): a server asks for
-    # fresh caches on every request
-    caches = recipe.auto_prompt_cache(model, str(scheme), calib_tokens=calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
-    report = cache_report(caches, model)
-    report.scheme = str(scheme)
-    log.info(report.summary())
-    return (caches, report) if return_report else caches
 
 # %% ../nbs/08_mlx_lm.ipynb #84bab2fe
 KVQ_FILE_FORMAT = 1

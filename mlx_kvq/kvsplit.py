@@ -12,7 +12,8 @@ from mlx.utils import tree_unflatten
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
-from .qcache import Codec, AffineCodec, CachedSide, CodecKVCache, codec_attention
+from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
+from .qcache import CodecKVCache
 
 # %% auto #0
 __all__ = ['FORMAT_VERSION', 'affine_codecs', 'Parts', 'QuantizedRotatingKVCache', 'to_quantized_rotating', 'KVSplitCache',
@@ -255,14 +256,9 @@ def rotating_twin(cache, k_codec, v_codec, *, sink=0, quantized_kv_start=0):
     if sink: warnings.warn(f"rotating (sliding-window) layers keep their own {cache.keep} first tokens; "
                            f"exact sink={sink} applies to full-attention layers only", stacklevel=2)
     if quantized_kv_start <= cache.offset: return to_quantized_rotating(cache, k_codec, v_codec)
-    from mlx_kvq.integrate import Fp16Codec       # identity codec: exact storage until the start offset
-    q = to_quantized_rotating(cache, Fp16Codec(), Fp16Codec())
+    q = to_quantized_rotating(cache, Fp16Codec(), Fp16Codec())   # identity codec: exact storage until the start offset
     q.quantized_kv_start, q._then = int(quantized_kv_start), (k_codec, v_codec)
     return q
-
-# %% ../nbs/04_kvsplit.ipynb #ec33e241
-# mlx-lm's batch constructor, shared with `CodecKVCache` (which `KVSplitCache` inherits it from)
-QuantizedRotatingKVCache.merge = classmethod(CodecKVCache.merge.__func__)
 
 # %% ../nbs/04_kvsplit.ipynb #504872f4
 def _affine_rotating(keys, values, keep, max_size, offset, idx, kg, kb, vg, vb):

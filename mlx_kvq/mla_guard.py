@@ -17,16 +17,16 @@ import mlx_lm.models.cache as mlc
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import (KVCache, RotatingKVCache, QuantizedKVCache, ArraysCache, CacheList,
                                  ChunkedKVCache, ConcatenateKVCache, BatchKVCache, BatchRotatingKVCache)
-from .qcache import AFFINE_BITS, AffineCodec, Codec, CodecKVCache, register_cache_class
+from .codecs import AFFINE_BITS, AffineCodec, Codec, Fp16Codec
+from .turbo_codec import TurboCodec
+from .qcache import CodecKVCache, register_cache_class
 
 logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['logger', 'CACHE_KINDS', 'TINY_BASE', 'TINY_OVERRIDES', 'TINY_WORDS', 'config_kv_lora_rank', 'MLAInfo', 'mla_info',
-           'uses_mla', 'tiny_deepseek_v3', 'MLACache', 'mark_mla_caches', 'guarded_prompt_cache', 'cache_kind',
-           'LayerDecision', 'layer_decisions', 'decisions_table', 'model_families', 'tiny_model', 'family_decision',
-           'sweep_table', 'QuantizedMLACache', 'parse_mla_scheme', 'convert_mla_cache', 'apply_mla_scheme',
-           'write_word_tokenizer', 'save_tiny_model_dir']
+__all__ = ['logger', 'CACHE_KINDS', 'config_kv_lora_rank', 'MLAInfo', 'mla_info', 'uses_mla', 'tiny_deepseek_v3', 'MLACache',
+           'mark_mla_caches', 'guarded_prompt_cache', 'cache_kind', 'LayerDecision', 'layer_decisions',
+           'decisions_table', 'QuantizedMLACache', 'parse_mla_scheme', 'convert_mla_cache']
 
 # %% ../nbs/06_mla_guard.ipynb #b95625c3
 _NESTED_CONFIGS = ("text_config", "llm_config", "language_config")
@@ -292,159 +292,9 @@ def decisions_table(decisions) -> str:
         lines.append(f"| {a}{sub}{'' if a == b else f'-{b}{sub}'} | {d.kind} | {'yes' if d.can_quantize else 'no'} | {d.reason} |")
     return "\n".join(lines)
 
-# %% ../nbs/06_mla_guard.ipynb #3a96b54c
-TINY_BASE = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=64, num_attention_heads=2,
-  num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, layer_norm_eps=1e-5, norm_eps=1e-5,
-  kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
-  moe_intermediate_size=16, n_routed_experts=4, num_experts=4, num_local_experts=4, num_experts_per_tok=2,
-  n_shared_experts=1, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False,
-  hidden_dim=32, d_model=32, n_embd=32, model_dim=32, num_layers=2, n_layers=2, n_layer=2, num_transformer_layers=2,
-  num_heads=2, n_head=2, n_heads=2, num_query_heads=2, num_kv_heads=2, n_kv_heads=2, n_ctx=256, n_positions=256,
-  block_size=256, layer_norm_epsilon=1e-5, rotary_emb_base=10000.0, rotary_pct=1.0, partial_rotary_factor=1.0,
-  routed_scaling_factor=1.0, norm_topk_prob=True, first_k_dense_replace=0, n_group=1, topk_group=1,
-  num_shared_experts=1, shared_intermediate_size=32, shared_expert_intermediate_size=32, rotary_dim=16,
-  sliding_window=8, hidden_act="silu", moe_topk=2, moe_num_experts=4, decoder_sparse_step=1, mlp_only_layers=[],
-  n_inner=64, logits_scaling=1.0, attention_multiplier=1.0, embedding_multiplier=1.0, residual_multiplier=1.0,
-  dim_model_base=32, scale_depth=1.0, scale_emb=1.0, use_qk_norm=False, ffn_hidden_size=64, expert_ffn_hidden_size=16,
-  zero_expert_num=0, zero_expert_type="identity", attention_method="MLA", num_attention_groups=2, model_max_length=256,
-)
-def _fill(cls, params):
-    "Fill required ModelArgs fields that TINY_BASE lacks by their name and type (tiny values)."
-    out = dict(params)
-    for f in dataclasses.fields(cls):
-        if f.name in out: continue
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING: continue
-        n, t = f.name, str(f.type)
-        if "bool" in t or n.startswith(("use_", "add_", "is_")) or n.endswith(("_bias", "_norm")): v = False
-        elif "eps" in n: v = 1e-5
-        elif "layers" in n and "int" in t: v = 2
-        elif "heads" in n: v = 2
-        elif "expert" in n or "topk" in n: v = 2
-        elif "group" in n: v = 1
-        elif "rank" in n: v = 16
-        elif "head_dim" in n: v = 16
-        elif any(s in n for s in ("dim", "size", "embd")): v = 32
-        elif any(s in n for s in ("factor", "multiplier", "scal", "pct")): v = 1.0
-        elif "window" in n or "kernel" in n or "cache" in n: v = 4
-        elif "period" in n: v = 1
-        elif "offset" in n: v = 0
-        elif "int" in t: v = 2
-        elif "float" in t: v = 1.0
-        else: continue
-        out[n] = v
-    return out
-
-TINY_OVERRIDES = {
-  "deepseek_v2": dict(rope_scaling={"factor": 1.0}),
-  "deepseek_v32": dict(q_lora_rank=16, index_head_dim=16, index_n_heads=2, index_topk=4),
-  "glm_moe_dsa": dict(q_lora_rank=16, index_head_dim=16, index_n_heads=2, index_topk=4, topk_method="noaux_tc",
-                      scoring_func="sigmoid", rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
-  "minicpm3": dict(q_lora_rank=16, rope_scaling={"original_max_position_embeddings": 256, "short_factor": 1.0, "long_factor": 1.0}),
-  "longcat_flash": dict(q_lora_rank=16, mla_scale_q_lora=True, mla_scale_kv_lora=True),
-  "longcat_flash_ngram": dict(q_lora_rank=16, mla_scale_q_lora=True, mla_scale_kv_lora=True),
-  "mistral4": dict(q_lora_rank=16, rope_parameters={"rope_theta": 10000.0, "rope_type": "yarn", "factor": 1.0,
-                   "original_max_position_embeddings": 256, "llama_4_scaling_beta": 0.1, "mscale": 1.0, "mscale_all_dim": 1.0}),
-  "kimi_linear": dict(linear_attn_config={"kda_layers": [1], "num_heads": 2, "head_dim": 16, "short_conv_kernel_size": 4},
-                      qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, mla_use_nope=True),
-  "kimi_k3": dict(text_config=dict(hidden_act="situ", num_experts_per_token=2, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
-                  qk_rope_head_dim=16, v_head_dim=16, num_experts=4, moe_intermediate_size=16,
-                  linear_attn_config={"kda_layers": [1], "num_heads": 2, "head_dim": 16, "short_conv_kernel_size": 4})),
-
-  "qwen3_next": dict(full_attention_interval=2),
-  "qwen3_5": dict(text_config=dict(full_attention_interval=2, linear_num_value_heads=2, linear_num_key_heads=2,
-                  linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4)),
-  "qwen3_5_moe": dict(text_config=dict(full_attention_interval=2, linear_num_value_heads=2, linear_num_key_heads=2,
-                  linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4,
-                  shared_expert_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[])),
-  "gemma3_text": dict(sliding_window_pattern=2),
-  "gemma4_text": dict(sliding_window_pattern=2),
-  "cohere2": dict(sliding_window_pattern=2),
-  "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1),
-  "lfm2": dict(layer_types=["conv", "full_attention"]),
-  "lfm2_moe": dict(layer_types=["conv", "full_attention"]),
-  "mamba2": dict(time_step_limit=(0.001, 100.0)),
-  "recurrent_gemma": dict(block_types=["recurrent", "attention"]),
-  "nemotron_h": dict(hybrid_override_pattern=["M", "*"]),
-  "granitemoehybrid": dict(layer_types=["mamba", "attention"], mamba_n_heads=2, mamba_d_head=16, mamba_d_state=16,
-                           mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=4, mamba_conv_bias=True, mamba_proj_bias=False),
-  "afmoe": dict(layer_types=["sliding_attention", "full_attention"]),
-  "olmo3": dict(layer_types=["sliding_attention", "full_attention"]),
-  "exaone_moe": dict(layer_types=["sliding_attention", "full_attention"], is_moe_layer=[False, True]),
-  "gear": dict(layer_types=["sliding_attention", "full_attention"]),
-  "mellum": dict(layer_types=["sliding_attention", "full_attention"]),
-  "exaone4": dict(sliding_window_pattern="LG"),
-  "plamo": dict(n_shared_head=1),
-  "step3p5": dict(moe_top_k=2, moe_num_experts=4),
-}
-
-
-_MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-_TINY_MLA = dict(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
-TINY_OVERRIDES.update(kimi_vl=dict(text_config=_TINY_MLA), kimi_k25=dict(text_config=_TINY_MLA))
-
-def model_families() -> list:
-    "Names of the modules in `mlx_lm.models` that define a model (`ModelArgs` and `Model`), import failures included."
-    import pkgutil, mlx_lm.models as _m
-    skip = {"base", "cache", "activations", "rope_utils", "switch_layers", "pipeline", "mla", "gated_delta",
-            "ssm", "bitlinear_layers"}
-    out = []
-    for mi in sorted(pkgutil.iter_modules(_m.__path__), key=lambda m: m.name):
-        if mi.name in skip: continue
-        try: mod = importlib.import_module(f"mlx_lm.models.{mi.name}")
-        except (Exception, SystemExit): out.append(mi.name); continue   # kept: the sweep records why
-        if hasattr(mod, "ModelArgs") and hasattr(mod, "Model"): out.append(mi.name)
-    return out
-
-def tiny_model(family: str, max_params: int = 5_000_000, seed: int = 0, **overrides) -> nn.Module:
-    "A tiny random float32 `mlx_lm.models.<family>` model; raises (with the reason) when it cannot be built tiny."
-    try: mod = importlib.import_module(f"mlx_lm.models.{family}")
-    except SystemExit as e: raise ImportError(f"mlx_lm.models.{family} exits on import (needs an extra package)") from None
-    over = {**TINY_OVERRIDES.get(family, {}), **overrides}
-    p = {**TINY_BASE, "model_type": family, **over}
-    need_text = any(f.name == "text_config" and f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING for f in dataclasses.fields(mod.ModelArgs))
-    if need_text or "text_config" in over:
-        # MLA fields only where the family asks for them: a raw text_config dict would carry them as a config signal
-        tc = {**{k: v for k, v in TINY_BASE.items() if k not in _MLA_FIELDS}, "model_type": family, **over.get("text_config", {})}
-        for cls_name in ("TextArgs", "TextConfig"):
-            if hasattr(mod, cls_name): tc = _fill(getattr(mod, cls_name), tc); break
-        p["text_config"] = tc
-    mx.random.seed(seed)
-    model = mod.Model(mod.ModelArgs.from_dict(_fill(mod.ModelArgs, p)))
-    n = sum(v.size for _, v in tree_flatten(model.parameters()))
-    if n > max_params: raise MemoryError(f"{n:,} parameters with tiny settings (over {max_params:,}): defaults hold big parts")
-    model.set_dtype(mx.float32)
-    return model
-
-# %% ../nbs/06_mla_guard.ipynb #d2d6bfd0
-def family_decision(family: str, **overrides) -> dict:
-    "Build `family` tiny and record the guard's decision (uses_mla, form, signal, per-layer kinds) or why it could not be built."
-    row = dict(family=family, built=False, uses_mla=None, form=None, signal=None, layers="", quantizable="", reason="", model=None)
-    try: model = tiny_model(family, **overrides)
-    except Exception as e:
-        row["reason"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:110]}"
-        return row
-    info, ds = mla_info(model), layer_decisions(model)
-    kinds = {}
-    for d in ds: kinds[d.kind] = kinds.get(d.kind, 0) + 1
-    row.update(built=True, uses_mla=info.uses_mla, form=info.form, signal=info.signal, model=model,
-               layers=", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())),
-               quantizable=f"{sum(d.can_quantize for d in ds)}/{len(ds)}")
-    return row
-
-def sweep_table(rows) -> str:
-    "Markdown table of `family_decision` rows."
-    lines = ["| family | uses_mla | form | signal | cache leaves (kind x count) | generic-quantizable | not built because |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['family']} | {'' if r['uses_mla'] is None else ('**yes**' if r['uses_mla'] else 'no')} | "
-                     f"{r['form'] or ''} | {r['signal'] or ''} | {r['layers']} | {r['quantizable']} | {r['reason']} |")
-    return "\n".join(lines)
-
 # %% ../nbs/06_mla_guard.ipynb #35ab28b8
 def _exact_codec():
-    "The exact side (RoPE key): mlx_kvq.integrate's fp16 codec, which stores vectors unchanged in their own dtype"
-    from mlx_kvq.integrate import Fp16Codec    # imported here: integrate imports this module
+    "The exact side (RoPE key): the fp16 codec of `mlx_kvq.codecs`, which stores vectors unchanged in their own dtype"
     return Fp16Codec()
 
 class QuantizedMLACache(CodecKVCache):
@@ -500,7 +350,6 @@ def parse_mla_scheme(scheme, *, group_size: int = 64, seed: int = 0) -> Optional
                          f"(B in {','.join(map(str, AFFINE_BITS))}) or 'turbo:B' (B in 1-8); the RoPE key always stays exact")
     kind, b = m.group(1), int(m.group(2))
     if kind == "affine": return AffineCodec(b, group_size)
-    from mlx_kvq.turboquant import TurboCodec
     return TurboCodec(b, seed=seed)
 
 def _is_marker(c): return isinstance(c, KVCache) and getattr(c, "role", None) in MLACache.roles
@@ -522,74 +371,3 @@ def convert_mla_cache(cache, scheme, *, group_size: int = 64, window: int = 0, q
     new = QuantizedMLACache(codec=codec, window=window, quantized_kv_start=quantized_kv_start)
     if cache.offset: new.update_and_fetch(cache.keys[..., :cache.offset, :], cache.values[..., :cache.offset, :])
     return new
-
-def _model_itemsize(model, info):
-    "Bytes per element of the model's latent (the dtype of its first MLA attention's `kv_a_layernorm`)"
-    mods = dict(model.named_modules())
-    norm = getattr(mods.get(info.attention_paths[0]), "kv_a_layernorm", None) if info.attention_paths else None
-    w = getattr(norm, "weight", None)
-    return w.dtype.size if isinstance(w, mx.array) else None
-
-def apply_mla_scheme(caches: list, scheme, *, report=None, model=None, layers=None, group_size: int = 64,
-                     window: int = 0, quantized_kv_start: int = 0, seed: int = 0) -> list:
-    """`caches` with every MLA latent converted by `convert_mla_cache` (other caches unchanged). With `model`, the
-    RoPE key's element size is known before the first token (for bytes per token); `layers` (indices into
-    `caches`, default all) limits which layers are converted, e.g. to keep full-precision edge layers; with
-    `report` (a `mlx_kvq.integrate.CacheReport`) the rows of converted leaves are rewritten."""
-    parse_mla_scheme(scheme, group_size=group_size, seed=seed)             # bad schemes raise before any change
-    kw = dict(group_size=group_size, window=window, quantized_kv_start=quantized_kv_start, seed=seed)
-    info = mla_info(model) if model is not None else None
-    item = _model_itemsize(model, info) if info is not None and info.uses_mla else None
-    def visit(c):
-        if isinstance(c, CacheList):
-            subs = [visit(x) for x in c.caches]
-            return c if all(a is b for a, b in zip(subs, c.caches)) else CacheList(*subs)
-        if not _is_marker(c): return c
-        new = convert_mla_cache(c, scheme, **kw)
-        if new is not c and item and new.v_codec.itemsize is None: new.v_codec.itemsize = item
-        return new
-    keep = None if layers is None else {int(i) for i in layers}
-    out = [visit(c) if keep is None or i in keep else c for i, c in enumerate(caches)]
-    if report is not None: _rewrite_report(report, out, scheme, info)
-    return out
-
-def _rewrite_report(report, caches, scheme, info):
-    from mlx_kvq.integrate import cache_scheme
-    leaves = {}
-    def walk(cs, prefix):
-        for i, c in enumerate(cs):
-            if isinstance(c, CacheList): walk(c.caches, prefix + (i,))
-            else: leaves[".".join(map(str, prefix + (i,)))] = c
-    walk(caches, ())
-    changed = False
-    for l in report.layers:
-        c = leaves.get(l.path)
-        if not getattr(type(c), "_mla_latent_quantized", False) or l.after == type(c).__name__: continue
-        l.after, l.scheme, changed = type(c).__name__, str(cache_scheme(c)), True
-        l.note = f"MLA latent {scheme}, RoPE key exact (logit error: mla_guard notebook)"
-        if info is not None and info.kv_lora_rank and info.qk_rope_head_dim and l.bytes_before is not None:
-            l.bytes_after = c.k_codec.bytes_per_token(info.kv_lora_rank) + c.v_codec.bytes_per_token(info.qk_rope_head_dim)
-    if changed: report.scheme = f"{report.scheme}, mla={scheme}"
-
-# %% ../nbs/06_mla_guard.ipynb #232cdfaa
-TINY_WORDS = ["<unk>", "<s>", "</s>"] + "the capital of france is paris germany berlin".split()
-
-def write_word_tokenizer(path, words):
-    "Save a whitespace word-level tokenizer over `words` (with <unk>, <s>, </s>) that `mlx_lm.load` accepts, into `path`"
-    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(str(path))
-
-def save_tiny_model_dir(family: str, path, **overrides) -> nn.Module:
-    "Write `tiny_model(family, **overrides)` as an mlx-lm model directory (config.json, safetensors, word-level tokenizer); returns the model."
-    from mlx_lm.utils import save_model
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
-    model = tiny_model(family, **overrides)
-    cfg = {k: v for k, v in vars(model.args).items() if not k.startswith("_")}   # None kept: it overrides defaults
-    cfg["model_type"] = family
-    save_model(path, model)
-    (path / "config.json").write_text(json.dumps(cfg, indent=1, default=vars))
-    write_word_tokenizer(path, TINY_WORDS)
-    return model

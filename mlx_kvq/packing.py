@@ -11,7 +11,8 @@ import math, warnings
 import numpy as np
 import mlx.core as mx
 
-from .codebook import Codebook, check_bits
+from .codebook import Codebook, check_bits, sphere_codebook
+from .rotation import get_rotation
 
 # %% auto #0
 __all__ = ['MAX_FUSED_DIM', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
@@ -373,8 +374,6 @@ def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3),
     "Compare the fused kernels of `backend` with the reference on fresh random inputs; returns a list of (dim, bits, reason or None)"
     out = []
     for i, (n, bits) in enumerate(configs):
-        from mlx_kvq.rotation import get_rotation
-        from mlx_kvq.codebook import sphere_codebook
         rot, cb = get_rotation(n, seed=i), sphere_codebook(n, bits)
         x = mx.random.normal((*rows, n)) * mx.exp(mx.random.normal((*rows, 1)))
         try:

@@ -1,4 +1,4 @@
-"""The storage, attention and file format every mlx_kvq quantized cache shares: one codec per side (keys, values), exact sink and recent-window tokens, and a cache that follows mlx-lm's protocol
+"""The storage and file format every mlx_kvq quantized cache shares: one codec per side (keys, values), exact sink and recent-window tokens, and a cache that follows mlx-lm's protocol
 
 Docs: https://mlx-kvq.github.io/mlx_kvq/qcache.html.md"""
 
@@ -11,175 +11,11 @@ import mlx.core as mx
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
+from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
+                            CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
+
 # %% auto #0
-__all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'FORMAT_VERSION', 'register_codec', 'Codec', 'AffineCodec',
-           'CachedSide', 'codec_attention', 'register_cache_class', 'reregister_cache_classes', 'CodecKVCache']
-
-# %% ../nbs/02a_qcache.ipynb #cd549b98
-CODECS = {}
-
-def register_codec(cls):
-    "Make codec class `cls` known by its `name`, so caches can rebuild it from their saved config"
-    CODECS[cls.name] = cls
-    return cls
-
-class Codec:
-    "One side (keys or values) of a quantized KV cache; every part keeps the token axis at -2"
-    name = None
-    def encode(self, x): raise NotImplementedError
-    def decode(self, parts, dtype=mx.float32): raise NotImplementedError
-    def bytes_per_token(self, dim): raise NotImplementedError
-    def config(self): raise NotImplementedError
-    def check_dim(self, dim):
-        "Raise a ValueError naming the fix if this codec cannot store vectors of size `dim`"
-    def prepare_queries(self, queries): return queries
-    def finish_values(self, out): return out
-    def scores(self, queries, parts):
-        "`queries` (B, Hkv, G, Lq, D) after `prepare_queries`, parts (B, Hkv, Lk, ...) -> (B, Hkv, G, Lq, Lk)"
-        k = self.decode(parts, queries.dtype)
-        return queries @ mx.expand_dims(k, 2).swapaxes(-1, -2)
-    def weighted(self, probs, parts):
-        "`probs` (B, Hkv, G, Lq, Lk) -> (B, Hkv, G, Lq, D) before `finish_values`"
-        v = self.decode(parts, probs.dtype)
-        return probs @ mx.expand_dims(v, 2)
-    @classmethod
-    def from_config(cls, cfg):
-        cfg = dict(cfg)
-        name = cfg.pop('codec', None)
-        if name not in CODECS:
-            raise ValueError(f"unknown KV codec {name!r} in cache config; known: {sorted(CODECS)}. "
-                             "Was the file written by a newer mlx_kvq?")
-        return CODECS[name](**cfg)
-    def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items() if k != 'codec')})"
-    def __eq__(self, other): return isinstance(other, Codec) and self.config() == other.config()
-    def __hash__(self): return hash(json.dumps(self.config(), sort_keys=True))
-
-# %% ../nbs/02a_qcache.ipynb #5102610e
-AFFINE_BITS = (1, 2, 3, 4, 5, 6, 8)
-
-def _on_cuda():
-    "Whether MLX computes on its CUDA backend now"
-    return mx.default_device().type == mx.DeviceType.gpu and mx.cuda.is_available()
-AFFINE_GROUP_SIZES = (32, 64, 128)
-
-@register_codec
-class AffineCodec(Codec):
-    "MLX affine quantization (`mx.quantize`) of one side: codes + float16 scale and bias per group"
-    name = 'affine'
-    def __init__(self, bits=8, group_size=64):
-        if bits not in AFFINE_BITS:
-            raise ValueError(f"affine bits must be one of {AFFINE_BITS}, got {bits}")
-        if group_size not in AFFINE_GROUP_SIZES:
-            raise ValueError(f"affine group size must be one of {AFFINE_GROUP_SIZES}, got {group_size}")
-        self.bits, self.group_size = int(bits), int(group_size)
-    def config(self): return dict(codec=self.name, bits=self.bits, group_size=self.group_size)
-    def check_dim(self, dim):
-        if dim % self.group_size:
-            ok = [g for g in AFFINE_GROUP_SIZES if dim % g == 0]
-            fix = f"use group size {ok[0]}" if ok else "use a turbo scheme (any head dim)"
-            raise ValueError(f"affine group size {self.group_size} does not divide head dim {dim}: {fix}")
-    def bytes_per_token(self, dim): return dim * self.bits // 8 + 2 * 2 * (dim // self.group_size)
-    def encode(self, x):
-        w, s, b = mx.quantize(x, group_size=self.group_size, bits=self.bits)
-        return (w, s.astype(mx.float16), b.astype(mx.float16))
-    def decode(self, parts, dtype=mx.float32):
-        w, s, b = parts
-        return mx.dequantize(w, s, b, group_size=self.group_size, bits=self.bits).astype(dtype)
-    # The G query heads of a KV head are folded into rows, so `quantized_matmul` sees matching batch dims.
-    # On MLX 0.32.4's CUDA backend `quantized_matmul` returned wrong products when batch dims broadcast
-    # and has no float32 kernel for these shapes (both seen on an H100), so there the products decode
-    # and multiply (`Codec.scores` / `Codec.weighted`), which is exact.
-    def scores(self, queries, parts):
-        if _on_cuda(): return Codec.scores(self, queries, parts)
-        w, s, b = parts
-        B, H, G, L, D = queries.shape
-        out = mx.quantized_matmul(queries.reshape(B, H, G * L, D), w, s.astype(queries.dtype), b.astype(queries.dtype),
-                                  transpose=True, group_size=self.group_size, bits=self.bits)
-        return out.reshape(B, H, G, L, -1)
-    def weighted(self, probs, parts):
-        if _on_cuda(): return Codec.weighted(self, probs, parts)
-        w, s, b = parts
-        B, H, G, L, S = probs.shape
-        out = mx.quantized_matmul(probs.reshape(B, H, G * L, S), w, s.astype(probs.dtype), b.astype(probs.dtype),
-                                  transpose=False, group_size=self.group_size, bits=self.bits)
-        return out.reshape(B, H, G, L, -1)
-
-# %% ../nbs/02a_qcache.ipynb #a0882d91
-class CachedSide:
-    "What a quantized cache returns for one side: exact prefix, quantized parts, exact suffix"
-    def __init__(self, codec, head=None, parts=None, tail=None):
-        self.codec, self.head, self.parts, self.tail = codec, head, parts, tail
-    def _len(self, x, axis=-2): return 0 if x is None else x.shape[axis]
-    @property
-    def n_quantized(self): return 0 if not self.parts else self.parts[0].shape[-2]
-    @property
-    def shape(self):
-        "(B, H, L, D) as if it were an array of keys or values (D is that of the exact tokens)"
-        ref = next(x for x in (self.head, self.tail, *(self.parts or ())) if x is not None)
-        d = self.head.shape[-1] if self.head is not None else (self.tail.shape[-1] if self.tail is not None else None)
-        return (ref.shape[0], ref.shape[1], self._len(self.head) + self.n_quantized + self._len(self.tail), d)
-    def dequantize(self, dtype=mx.float32):
-        "Every token of this side in full precision (for tests and conversions, not for attention)"
-        xs = [x.astype(dtype) for x in (self.head,) if x is not None]
-        if self.n_quantized: xs.append(self.codec.decode(self.parts, dtype))
-        if self.tail is not None: xs.append(self.tail.astype(dtype))
-        return mx.concatenate(xs, axis=-2)
-
-def _gqa_mask(mask, B, Hkv, G, Lq, Lk):
-    "Bring a mask broadcastable to (B, Hq, Lq, Lk) into the (B, Hkv, G, Lq, Lk) layout"
-    if mask.ndim <= 2: return mask
-    if mask.ndim == 3: mask = mask[None]
-    if mask.ndim != 4:
-        raise ValueError(f"attention mask must have at most 4 dims (B, heads, queries, keys), got shape {mask.shape}")
-    h = mask.shape[1]
-    if h == 1: return mx.expand_dims(mask, 2)
-    if h == Hkv * G: return mask.reshape(mask.shape[0], Hkv, G, *mask.shape[2:])
-    raise ValueError(f"attention mask has {h} heads; expected 1 or {Hkv * G}")
-
-def _segments(side):
-    "The non-empty (kind, data, length) pieces of a side, in token order"
-    segs = []
-    if side.head is not None and side.head.shape[-2]: segs.append(('exact', side.head, side.head.shape[-2]))
-    if side.n_quantized: segs.append(('quantized', side.parts, side.n_quantized))
-    if side.tail is not None and side.tail.shape[-2]: segs.append(('exact', side.tail, side.tail.shape[-2]))
-    return segs
-
-def codec_attention(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, sinks=None):
-    "Scaled dot-product attention of `queries` (B, Hq, Lq, D) over quantized `keys` / `values`"
-    B, Hq, Lq, D = queries.shape
-    ksegs, vsegs = _segments(keys), _segments(values)
-    if [n for *_, n in ksegs] != [n for *_, n in vsegs]:
-        raise ValueError("keys and values of a quantized cache disagree on their token layout")
-    Hkv = keys.shape[1]
-    if Hq % Hkv: raise ValueError(f"{Hq} query heads are not a multiple of {Hkv} key/value heads")
-    G = Hq // Hkv
-    q = (queries * scale).reshape(B, Hkv, G, Lq, D)
-    blocks = []
-    for kind, data, n in ksegs:
-        if kind == 'quantized': blocks.append(keys.codec.scores(keys.codec.prepare_queries(q), data))
-        else: blocks.append(q @ mx.expand_dims(data, 2).swapaxes(-1, -2).astype(q.dtype))
-    scores = (mx.concatenate(blocks, axis=-1) if len(blocks) > 1 else blocks[0]).astype(mx.float32)
-    Lk = scores.shape[-1]
-    if isinstance(mask, str):
-        if mask != 'causal': raise ValueError(f"unknown mask {mask!r}; use 'causal', None or an array")
-        mask = mx.arange(Lk - Lq, Lk)[:, None] >= mx.arange(Lk)[None]
-    if mask is not None:
-        mask = _gqa_mask(mask, B, Hkv, G, Lq, Lk)
-        if mask.dtype == mx.bool_: scores = mx.where(mask, scores, -mx.inf)
-        else: scores = scores + mask.astype(mx.float32)
-    if sinks is not None:
-        s = mx.broadcast_to(sinks.astype(mx.float32).reshape(1, Hkv, G, 1, 1), (*scores.shape[:-1], 1))
-        probs = mx.softmax(mx.concatenate([scores, s], axis=-1), axis=-1)[..., :Lk]
-    else:
-        probs = mx.softmax(scores, axis=-1)
-    probs = probs.astype(queries.dtype)
-    out, start = None, 0
-    for kind, data, n in vsegs:
-        p = probs[..., start:start + n]; start += n
-        if kind == 'quantized': o = values.codec.finish_values(values.codec.weighted(p, data))
-        else: o = p @ mx.expand_dims(data, 2).astype(p.dtype)
-        out = o if out is None else out + o
-    return out.reshape(B, Hq, Lq, -1).astype(queries.dtype)
+__all__ = ['FORMAT_VERSION', 'register_cache_class', 'reregister_cache_classes', 'CodecKVCache']
 
 # %% ../nbs/02a_qcache.ipynb #96298ec4
 FORMAT_VERSION = 1
@@ -292,12 +128,6 @@ class CodecKVCache(_BaseCache):
         if s: self.sink_keys, self.sink_values = self.sink_keys[..., :self._n_sink() - s, :], self.sink_values[..., :self._n_sink() - s, :]
         self.offset -= n
         return n
-
-    @classmethod
-    def merge(cls, caches):
-        "mlx-lm's batch constructor (used by `BatchGenerator`): the batched cache of these single caches"
-        from mlx_kvq.batch import merge_caches
-        return merge_caches(caches)
 
     def make_mask(self, N, return_array=False, window_size=None):
         "mlx-lm's mask for `N` new tokens after the cached ones (as `KVCache.make_mask`)"

@@ -6,183 +6,36 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/recipe.html.md"""
 
 # %% ../nbs/12_recipe.ipynb #93c75001
 from __future__ import annotations
-import hashlib, json, math, os, sys, time
+import hashlib, json, math, os, re, sys, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import mlx.core as mx
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models import base as lm_base
 
-from .qcache import Codec, AffineCodec, CodecKVCache, register_codec, register_cache_class
-from .codebook import sphere_codebook
-from .rotation import get_rotation
+from .codecs import Codec, AffineCodec
+from .calibrated import HalfCodec, CalibratedTurboCodec, QJLKeyCodec, packed_bytes
+from .planned import PlannedKVCache, planned_layer_cache
+from .kvsplit import to_quantized_rotating
+from .dispatch import install
+from .schemes import register_scheme_family
+from .integrate import cache_report, log, _check_int
+from .models import pydoc_text, cache_dir, embedded_tokenizer
+from .eval import passkey_prompt, greedy_continue, passkey_answer, _encode
 
 # %% auto #0
-__all__ = ['RECIPE_VERSION', 'ANCHORS', 'TABLE_COLUMNS', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'QJLKeyCodec',
-           'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
+__all__ = ['RECIPE_VERSION', 'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
            'calibrated_codec', 'side_error', 'Reference', 'reference', 'caches_key', 'score_caches', 'summarize',
-           'kv_layers', 'planned_layer_cache', 'PlannedKVCache', 'plan_of', 'probe', 'candidate_codecs', 'Plan',
-           'calibration_text', 'docstring_text', 'text_tokens', 'default_store', 'plan', 'make_planned_cache',
-           'parse_auto', 'auto_prompt_cache', 'scheme_cache', 'mlx_lm_cache', 'calibrated_cache', 'passkey_rows',
-           'run_recipes', 'sweep_recipes', 'family', 'pareto_front', 'dominated_anchors', 'rows_markdown', 'save_table']
-
-# %% ../nbs/12_recipe.ipynb #0eababe3
-from .packing import pack as pack_codes, unpack as unpack_codes, packed_words
-
-def packed_bytes(n, bits): return 4 * packed_words(n, bits)
-
-# %% ../nbs/12_recipe.ipynb #c4ee6f59
-@register_codec
-class HalfCodec(Codec):
-    "One side stored exactly as float16 (16 bits per value)"
-    name = 'half'
-    def encode(self, x): return (x.astype(mx.float16),)
-    def decode(self, parts, dtype=mx.float32): return parts[0].astype(dtype)
-    def bytes_per_token(self, dim): return 2 * dim
-    def config(self): return dict(codec=self.name)
-
-# %% ../nbs/12_recipe.ipynb #3d46c272
-def _f32list(x): return None if x is None else [float(v) for v in np.asarray(x, dtype=np.float32)]
-
-@register_codec
-class CalibratedTurboCodec(Codec):
-    "TurboQuant (rotation + sphere codebook + norm) of one side after per-channel centering/scaling, optional outlier band"
-    name = 'kvq_turbo'
-    def __init__(self, bits=3, seed=0, mean=None, scale=None, outliers=None, outlier_bits=None, dim=None):
-        for nm, b in (('bits', bits), ('outlier_bits', outlier_bits)):
-            if b is not None and (isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 8):
-                raise ValueError(f"kvq_turbo {nm} must be an integer 1-8, got {b!r}")
-        if outliers is not None and outlier_bits is None: raise ValueError("kvq_turbo outliers need outlier_bits (e.g. bits + 1)")
-        for nm, v in (('mean', mean), ('scale', scale)):
-            if v is not None and dim is not None and len(v) != dim: raise ValueError(f"kvq_turbo {nm} has {len(v)} channels, dim is {dim}")
-        if scale is not None and not np.all(np.asarray(scale) > 0): raise ValueError("kvq_turbo scale must be positive")
-        self.bits, self.seed, self.outlier_bits = int(bits), int(seed), outlier_bits
-        self.mean, self.scale = _f32list(mean), _f32list(scale)
-        self.outliers = None if outliers is None else sorted(int(i) for i in outliers)
-        self.dim = dim if dim is not None else (len(mean) if mean is not None else (len(scale) if scale is not None else None))
-        self._mx = {}
-
-    def config(self):
-        return dict(codec=self.name, bits=self.bits, seed=self.seed, mean=self.mean, scale=self.scale,
-                    outliers=self.outliers, outlier_bits=self.outlier_bits, dim=self.dim)
-
-    def check_dim(self, dim):
-        if self.dim is not None and dim != self.dim:
-            raise ValueError(f"this kvq_turbo codec was calibrated for head dim {self.dim}, got {dim}: re-run the planner for this model")
-        if self.outliers is not None and not (0 < len(self.outliers) < dim and max(self.outliers) < dim):
-            raise ValueError(f"kvq_turbo outlier channels must be a proper subset of 0..{dim - 1}")
-
-    def bands(self, dim):
-        "[(channel indices or None for all, bits)] in storage order"
-        if self.outliers is None: return [(None, self.bits)]
-        o = set(self.outliers)
-        return [(self.outliers, self.outlier_bits), ([c for c in range(dim) if c not in o], self.bits)]
-
-    def bytes_per_token(self, dim):
-        return sum(packed_bytes(dim if idx is None else len(idx), b) + 2 for idx, b in self.bands(dim))
-
-    def _arrays(self, dim):
-        if dim not in self._mx:
-            mean = None if self.mean is None else mx.array(self.mean)
-            scale = None if self.scale is None else mx.array(self.scale)
-            bands = []
-            for i, (idx, b) in enumerate(self.bands(dim)):
-                n = dim if idx is None else len(idx)
-                bands.append((None if idx is None else mx.array(idx), n, b, get_rotation(n, self.seed + 7919 * i),
-                              sphere_codebook(n, b)))
-            order = None
-            if self.outliers is not None: order = mx.array(np.argsort(np.concatenate([b[0] for b in self.bands(dim)])))
-            self._mx[dim] = (mean, scale, bands, order)
-        return self._mx[dim]
-
-    def encode(self, x):
-        dim = x.shape[-1]
-        mean, scale, bands, _ = self._arrays(dim)
-        y = x.astype(mx.float32)
-        if mean is not None: y = y - mean
-        if scale is not None: y = y * scale
-        parts = []
-        for idx, n, b, rot, cb in bands:
-            yb = y if idx is None else mx.take(y, idx, axis=-1)
-            nrm = mx.sqrt(mx.sum(yb * yb, axis=-1, keepdims=True))
-            u = rot.forward(yb / mx.maximum(nrm, 1e-30))
-            codes = mx.sum(u[..., None] > cb.boundaries_mx, axis=-1).astype(mx.uint8)
-            c = cb.centroids_mx[codes]
-            gamma = nrm * mx.sum(u * c, axis=-1, keepdims=True) / mx.maximum(mx.sum(c * c, axis=-1, keepdims=True), 1e-30)
-            parts += [pack_codes(codes, b), gamma.astype(mx.float16)]
-        return tuple(parts)
-
-    def decode(self, parts, dtype=mx.float32):
-        dim = self.dim if self.dim is not None else self._dim_from(parts)
-        mean, scale, bands, order = self._arrays(dim)
-        ys = []
-        for (idx, n, b, rot, cb), words, gamma in zip(bands, parts[0::2], parts[1::2]):
-            c = cb.centroids_mx[unpack_codes(words, b, n)]
-            ys.append(rot.inverse(c * gamma.astype(mx.float32)))
-        y = ys[0] if len(ys) == 1 else mx.take(mx.concatenate(ys, axis=-1), order, axis=-1)
-        if scale is not None: y = y / scale
-        if mean is not None: y = y + mean
-        return y.astype(dtype)
-
-    def _dim_from(self, parts):
-        if self.outliers is not None: raise ValueError("kvq_turbo with outliers needs dim")
-        return parts[0].shape[-1] * 32 // self.bits
-
-# %% ../nbs/12_recipe.ipynb #bab769cf
-@register_codec
-class QJLKeyCodec(Codec):
-    "Keys as a kvq_turbo MSE code at bits-1 plus a 1-bit QJL sketch of the residual (TurboQuant_prod)"
-    name = 'kvq_qjl'
-    def __init__(self, bits=3, seed=0, mean=None, scale=None, dim=None):
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
-            raise ValueError(f"kvq_qjl bits must be an integer 2-8 (bits-1 for the MSE code + 1 for the sketch), got {bits!r}")
-        self.bits, self.seed = int(bits), int(seed)
-        self.mse = CalibratedTurboCodec(bits - 1, seed=seed, mean=mean, scale=scale, dim=dim)
-        self._S = {}
-    def config(self):
-        c = self.mse.config()
-        return dict(codec=self.name, bits=self.bits, seed=self.seed, mean=c['mean'], scale=c['scale'], dim=c['dim'])
-    def check_dim(self, dim): self.mse.check_dim(dim)
-    def bytes_per_token(self, dim): return self.mse.bytes_per_token(dim) + packed_bytes(dim, 1) + 2
-    def _proj(self, dim):
-        if dim not in self._S:
-            self._S[dim] = mx.array(np.random.default_rng([self.seed, dim, 17]).standard_normal((dim, dim)).astype(np.float32))
-        return self._S[dim]
-    def _y(self, x):
-        y = x.astype(mx.float32)
-        if self.mse.mean is not None: y = y - mx.array(self.mse.mean)
-        if self.mse.scale is not None: y = y * mx.array(self.mse.scale)
-        return y
-    def encode(self, x):
-        mp = self.mse.encode(x)
-        e = self._y(x) - self._y(self.mse.decode(mp))
-        S = self._proj(x.shape[-1])
-        sk = (e @ S.T) > 0
-        return (*mp, pack_codes(sk.astype(mx.uint8), 1), mx.sqrt(mx.sum(e * e, -1, keepdims=True)).astype(mx.float16))
-    def _sketch(self, parts, dim):
-        return unpack_codes(parts[-2], 1, dim).astype(mx.float32) * 2 - 1, parts[-1].astype(mx.float32)
-    def decode(self, parts, dtype=mx.float32):
-        dim = parts[-2].shape[-1] * 32 if self.mse.dim is None else self.mse.dim
-        xm = self.mse.decode(parts[:-2])
-        sg, en = self._sketch(parts, dim)
-        e = en * math.sqrt(math.pi / 2) / dim * (sg @ self._proj(dim))
-        if self.mse.scale is not None: e = e / mx.array(self.mse.scale)
-        return (xm + e).astype(dtype)
-    def scores(self, queries, parts):
-        dim = queries.shape[-1]
-        xm = self.mse.decode(parts[:-2], queries.dtype)
-        s = queries @ mx.expand_dims(xm, 2).swapaxes(-1, -2)
-        qy = queries if self.mse.scale is None else queries / mx.array(self.mse.scale)
-        sg, en = self._sketch(parts, dim)
-        corr = (qy @ self._proj(dim).T) @ mx.expand_dims(sg, 2).swapaxes(-1, -2)
-        return s + corr * (math.sqrt(math.pi / 2) / dim) * mx.expand_dims(en, 2).swapaxes(-1, -2)
+           'kv_layers', 'plan_of', 'probe', 'candidate_codecs', 'Plan', 'calibration_text', 'docstring_text',
+           'text_tokens', 'default_store', 'plan', 'make_planned_cache', 'parse_auto', 'auto_prompt_cache',
+           'AutoScheme']
 
 # %% ../nbs/12_recipe.ipynb #451f54fb
 def ensure_dispatch():
     "Route mlx-lm's attention to caches that own it (`mlx_kvq.integrate.install()`)"
-    from mlx_kvq.integrate import install
     return install()
 
 # %% ../nbs/12_recipe.ipynb #c95a90ed
@@ -426,32 +279,7 @@ def _layer_dims(model) -> dict:
         out[i] = (int(k.shape[1]), int(k.shape[-1]), int(v.shape[-1]))
     return out
 
-def planned_layer_cache(base, k_codec, v_codec, *, sink=0, window=0, plan=None, layer=None):
-    "The quantized cache replacing the model's own cache `base` of one layer"
-    if type(base) is lm_cache.KVCache:
-        return PlannedKVCache(k_codec, v_codec, sink=sink, window=window, plan=plan, layer=layer)
-    if type(base) is lm_cache.RotatingKVCache:
-        from mlx_kvq.kvsplit import to_quantized_rotating
-        return to_quantized_rotating(base, k_codec, v_codec)
-    raise ValueError(f"layer {layer}: a {type(base).__name__} cannot take a per-side codec plan (only KVCache and RotatingKVCache)")
-
 # %% ../nbs/12_recipe.ipynb #6dd93595
-class PlannedKVCache(CodecKVCache):
-    "A `CodecKVCache` that carries the plan (JSON) it was built from in its saved state"
-    def __init__(self, k_codec, v_codec, *, sink=0, window=0, quantized_kv_start=0, plan=None, layer=None):
-        super().__init__(k_codec, v_codec, sink=sink, window=window, quantized_kv_start=quantized_kv_start)
-        self.plan, self.layer = plan, layer
-    def config(self):
-        c = super().config(); c.update(plan=self.plan, layer=self.layer); return c
-    @property
-    def state(self): return CodecKVCache.state.fget(self)
-    @state.setter
-    def state(self, st):
-        CodecKVCache.state.fset(self, st)
-        cfg = json.loads(st['config']); self.plan, self.layer = cfg.get('plan'), cfg.get('layer')
-
-register_cache_class(PlannedKVCache)
-
 def plan_of(caches):
     "The `Plan` a list of caches (e.g. loaded from a prompt-cache file) was built from, or None"
     for c in caches:
@@ -564,7 +392,6 @@ def _knapsack(items, capacity, steps=4096):
 # %% ../nbs/12_recipe.ipynb #bebc939a
 def calibration_text() -> str:
     "Default calibration text: the second half of Python's pydoc topics (the evaluation uses the start)"
-    from mlx_kvq.models import pydoc_text
     t = pydoc_text(); i = t.index('\n\n', len(t) // 2) + 2
     return t[i:]
 
@@ -589,7 +416,6 @@ def _is_embedded(model) -> bool:
 
 def default_store() -> Path:
     "Where probe results and stored scores live: `<mlx_kvq cache dir>/recipe`"
-    from mlx_kvq.models import cache_dir
     return cache_dir() / 'recipe'
 
 def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, prefill_chunk=256, tokenizer=None, sink=0,
@@ -610,7 +436,6 @@ def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, pr
         if tokenizer is None:
             if not _is_embedded(model):
                 raise ValueError("pass calib_tokens (token ids of calibration text, not your evaluation text) or tokenizer= for this model")
-            from mlx_kvq.models import embedded_tokenizer
             tokenizer = embedded_tokenizer()
         calib_tokens = text_tokens(calibration_text(), 1024, tokenizer)
     store = default_store() if store == 'default' else store
@@ -689,138 +514,39 @@ def auto_prompt_cache(model, kv='auto:5', **plan_kwargs) -> list:
     if key not in _PLANS: _PLANS[key] = plan(model, b, **plan_kwargs)
     return make_planned_cache(model, _PLANS[key])
 
-# %% ../nbs/12_recipe.ipynb #f0b4362c
-def _half_layer(base):
-    return planned_layer_cache(base, HalfCodec(), HalfCodec())
+@dataclass(frozen=True)
+class AutoScheme:
+    "`auto:B`: mlx_kvq's planner (`mlx_kvq.recipe`) picks each layer's key and value codecs within B stored bits per value"
+    budget: float
+    def __post_init__(self):
+        if not 1 <= self.budget <= 16: raise ValueError(f"auto budget must be 1-16 bits per value, got {self.budget:g}")
+    family = 'auto'
+    is_fp16 = False
+    is_turbo = False
+    def __str__(self): return f"auto:{self.budget:g}"
 
-def scheme_cache(model, kv, *, fp16_layers=0, sink=0, window=0, group_size=64) -> list:
-    "Caches of a simple scheme string through `integrate.make_prompt_cache`, exact edge layers stored as float16"
-    import warnings
-    from mlx_kvq.integrate import make_prompt_cache
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        caches = make_prompt_cache(model, kv, sink=sink, window=window, group_size=group_size)
-    base, layers = _base_caches(model), sorted(kv_layers(model))
-    for l in layers[:fp16_layers] + layers[len(layers) - fp16_layers:]: caches[l] = _half_layer(base[l])
-    return caches
+def _parse_auto_scheme(t: str) -> AutoScheme:
+    m = re.fullmatch(r'auto:(\d+(?:\.\d+)?)', t)
+    if not m: raise ValueError(f"bad auto scheme {t!r}: write auto:B with B the bits per value, e.g. auto:5 or auto:4.5")
+    return AutoScheme(float(m.group(1)))
 
-def mlx_lm_cache(model, bits, group_size=64) -> list:
-    "What `mlx_lm.generate --kv-bits B --quantized-kv-start 0` stores: plain KVCache layers as QuantizedKVCache"
-    return [c.to_quantized(group_size=group_size, bits=bits) if type(c) is lm_cache.KVCache else c for c in _base_caches(model)]
+def _auto_prompt_cache_family(model, scheme, *, fp16_layers, window, sink, max_kv_size, quantized_kv_start, mla_kv,
+                              return_report, tokenizer, calib_tokens, **_ignored):
+    "`kv='auto:B'`: plan on calibration text (`mlx_kvq.recipe.plan`) and build the planned caches"
+    for nm, v, default in (('fp16_layers', fp16_layers, 0), ('max_kv_size', max_kv_size, None),
+                           ('quantized_kv_start', quantized_kv_start, 0), ('mla_kv', mla_kv, None)):
+        if v != default:
+            raise ValueError(f"{nm} does not combine with kv={scheme}: the planner chooses every layer itself "
+                             "(drop it, or use a fixed scheme such as turbo:4)")
+    _check_int('window', window); _check_int('sink', sink)
+    install()
+    # the plan is made once per model and budget (`recipe.auto_prompt_cache` memoizes it): a server asks for
+    # fresh caches on every request
+    caches = auto_prompt_cache(model, str(scheme), calib_tokens=calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
+    report = cache_report(caches, model)
+    report.scheme = str(scheme)
+    log.info(report.summary())
+    return (caches, report) if return_report else caches
 
-def calibrated_cache(model, stats, k_bits, v_bits, *, key_scale=True, outliers=0, qjl=False, sink=0, window=0) -> list:
-    "Every KV layer with calibrated TurboQuant codecs: keys centered (+ query-aware scaling), values centered"
-    caches = _base_caches(model)
-    for l in kv_layers(model):
-        st = stats[l]
-        kc = calibrated_codec(st, 'keys', k_bits, scale=key_scale, outliers=outliers, qjl=qjl, seed=0)
-        vc = calibrated_codec(st, 'values', v_bits, outliers=outliers, seed=1)
-        caches[l] = planned_layer_cache(caches[l], kc, vc, sink=sink, window=window, layer=l)
-    return caches
-
-def passkey_rows(model, tokenizer, recipes: dict, *, lengths=(2048,), depths=(0.1, 0.5, 0.9), seed=0, store=None) -> list:
-    "Passkey retrieval (`mlx_kvq.eval`'s prompts and greedy answer) for the model's own cache and each recipe; answers stored under `store`"
-    from mlx_kvq.eval import passkey_prompt, greedy_continue, passkey_answer, _encode
-    from mlx_kvq.models import pydoc_text
-    filler = _encode(tokenizer, pydoc_text())
-    rng = np.random.default_rng(seed)
-    trials = [(L, d, int(rng.integers(10000, 100000))) for L in lengths for d in depths]
-    rows = []
-    for name, make in {'reference': lambda: _base_caches(model), **recipes}.items():
-        for L, d, key in trials:
-            prompt = passkey_prompt(tokenizer, filler, L, d, key)
-            caches = make()
-            h = hashlib.sha256(f"{RECIPE_VERSION}|{caches_key(caches)}|{json.dumps(prompt)}".encode()).hexdigest()[:20]
-            f = None if store is None else Path(store) / f"passkey-{h}.json"
-            if f is not None and f.exists(): out = json.loads(f.read_text())
-            else:
-                ensure_dispatch()
-                out = tokenizer.decode(greedy_continue(model, prompt, caches, n_new=8))
-                if f is not None: f.parent.mkdir(parents=True, exist_ok=True); f.write_text(json.dumps(out))
-            ans = passkey_answer(out)
-            rows.append(dict(scheme=name, length=L, depth=d, key=key, answer=ans, correct=ans == key, output=out))
-    return rows
-
-def run_recipes(model, ref, recipes: dict, *, store=None, progress=True) -> list:
-    "Table rows (`summarize`) of each named recipe (a function building the caches) against `ref`"
-    rows = []
-    for name, make in recipes.items():
-        t0 = time.time()
-        r = score_caches(model, ref, make(), store=store, name=name)
-        rows.append(summarize(r, ref))
-        if progress: print(f"{name:<28} {rows[-1]['bits']:6.2f} bits  KL {rows[-1]['kl_mean']:.5f}  ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-    return rows
-
-# %% ../nbs/12_recipe.ipynb #ba7c957b
-def sweep_recipes(model, stats=None, plans=None, *, names=None) -> dict:
-    "The named recipes of the Pareto sweep (anchors, TurboQuant settings, mixed, sink/window, calibrated, QJL, plans)"
-    from functools import partial as P
-    R = {}
-    for b in (8, 6, 4, 3, 2): R[f'affine:{b}'] = P(scheme_cache, model, f'affine:{b}')
-    for b in (4, 3): R[f'affine:{b} g32'] = P(scheme_cache, model, f'affine:{b}', group_size=32)
-    for b in ('4', '3.5', '3', '2'): R[f'turbo:{b}'] = P(scheme_cache, model, f'turbo:{b}')
-    for b in ('4', '3'): R[f'turbo:{b} +fp16 edges'] = P(scheme_cache, model, f'turbo:{b}', fp16_layers=1)
-    for kv in ('affine:8,4', 'turbo:4,3', 'affine:8/turbo:3'): R[kv] = P(scheme_cache, model, kv)
-    R['turbo:3 sink 4 window 128'] = P(scheme_cache, model, 'turbo:3', sink=4, window=128)
-    if stats is not None:
-        R['cal:3'] = P(calibrated_cache, model, stats, 3, 3)
-        R['cal:3 no key scaling'] = P(calibrated_cache, model, stats, 3, 3, key_scale=False)
-        R['cal:3 +outliers'] = P(calibrated_cache, model, stats, 3, 3, outliers=32)
-        R['cal:4,3'] = P(calibrated_cache, model, stats, 4, 3)
-        R['cal:4,3 qjl keys'] = P(calibrated_cache, model, stats, 4, 3, qjl=True)
-    for b, p in (plans or {}).items(): R[f'auto:{b:g}'] = P(make_planned_cache, model, p)
-    return R if names is None else {n: R[n] for n in names}
-
-# %% ../nbs/12_recipe.ipynb #85a6d146
-ANCHORS = ('affine', 'mlx-lm', 'turbo')
-
-def family(name: str) -> str:
-    "A recipe's family: the anchors 'affine' (any group size), 'mlx-lm', 'turbo' (the seed's settings, fp16 edges too); else mlx_kvq's own"
-    if name.startswith('auto:'): return 'planned'
-    if name.startswith('cal:'): return 'calibrated'
-    if name.startswith('mlx-lm'): return 'mlx-lm'
-    base, _, rest = name.partition(' ')
-    if '/' in base or ',' in base: return 'split / mixed'
-    if rest and not (rest.startswith('g') or rest == '+fp16 edges'): return 'sink / window'
-    return base.split(':')[0]
-
-def pareto_front(rows, x='bits', y='kl_mean') -> list:
-    "Rows on the lower-left frontier (no other row has fewer or equal bits and lower KL), sorted by bits"
-    out = []
-    for r in sorted(rows, key=lambda r: (r[x], r[y])):
-        if not out or r[y] < out[-1][y]: out.append(r)
-    return out
-
-def dominated_anchors(rows) -> list:
-    "(anchor, dominating recipe) pairs: each anchor row with the best non-anchor row that has <= bits and < KL (None if none)"
-    ours = [r for r in rows if family(r['scheme']) not in ANCHORS]
-    out = []
-    for a in (r for r in rows if family(r['scheme']) in ANCHORS):
-        better = [r for r in ours if r['bits'] <= a['bits'] + 1e-9 and r['kl_mean'] < a['kl_mean']]
-        out.append((a, min(better, key=lambda r: r['kl_mean']) if better else None))
-    return out
-
-TABLE_COLUMNS = ('scheme', 'bits', 'bits_full_layers', 'kl_mean', 'kl_median', 'kl_p99', 'top1', 'ppl', 'ppl_delta', 'kv_bytes')
-
-def rows_markdown(rows, columns=TABLE_COLUMNS) -> str:
-    def fmt(c, v):
-        if isinstance(v, float):
-            if c.startswith('kl'): return f"{v:.5f}"
-            if c == 'ppl_delta': return f"{v:+.3f}"
-            return f"{v:.3f}" if c in ('top1', 'ppl') else f"{v:.2f}"
-        return str(v)
-    lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-    return '\n'.join(lines + ['| ' + ' | '.join(fmt(c, r[c]) for c in columns) + ' |' for r in rows])
-
-def save_table(rows, stem, meta: dict) -> list:
-    "Write `stem`.md / .csv / .json (rows sorted by bits, with where and how they were measured)"
-    import csv, io
-    stem = Path(stem); stem.parent.mkdir(parents=True, exist_ok=True)
-    rows = sorted(rows, key=lambda r: r['bits'])
-    head = ' '.join(f"{k}: {v}." for k, v in meta.items())
-    stem.with_suffix('.md').write_text(head + '\n\n' + rows_markdown(rows) + '\n')
-    f = io.StringIO(); w = csv.writer(f, lineterminator='\n'); w.writerow(TABLE_COLUMNS)
-    for r in rows: w.writerow([r[c] for c in TABLE_COLUMNS])
-    stem.with_suffix('.csv').write_text(f.getvalue())
-    stem.with_suffix('.json').write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + '\n')
-    return [stem.with_suffix(s) for s in ('.md', '.csv', '.json')]
+register_scheme_family('auto', _parse_auto_scheme, _auto_prompt_cache_family,
+                       'auto:B (planned per layer within B bits per value, B in 1-16, e.g. auto:4)')

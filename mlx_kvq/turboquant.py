@@ -1,4 +1,4 @@
-"""Keys and values as a float16 norm plus b-bit codebook codes of the rotated unit vector, attended in the rotated space
+"""`TurboQuantKVCache`: TurboQuant codes for keys and values in an mlx-lm cache, conversion of filled caches, and generation through mlx-lm
 
 Docs: https://mlx-kvq.github.io/mlx_kvq/turboquant.html.md"""
 
@@ -6,102 +6,16 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/turboquant.html.md"""
 
 # %% ../nbs/03_turboquant.ipynb #6823e481
 from __future__ import annotations
-import numpy as np
 import mlx.core as mx
 from fastcore.basics import patch_to
 from mlx_lm.models.cache import KVCache, ConcatenateKVCache
 
-from .codebook import sphere_codebook
-from .rotation import get_rotation
-from .packing import packed_words, quantize_pack, dequantize_unpack, unpack
-from .qcache import Codec, CodecKVCache, register_codec, register_cache_class, codec_attention
+from .codecs import Codec
+from .turbo_codec import TURBO_BITS, check_turbo_bits, TurboCodec   # the codec (names kept here for older imports)
+from .qcache import CodecKVCache, register_cache_class
 
 # %% auto #0
-__all__ = ['TURBO_BITS', 'check_turbo_bits', 'TurboCodec', 'TurboQuantKVCache', 'to_turbo_quantized']
-
-# %% ../nbs/03_turboquant.ipynb #f00aee8d
-TURBO_BITS = tuple(range(1, 9))
-
-def check_turbo_bits(bits, what='turbo'):
-    "`bits` as an int, or a ValueError naming the valid range"
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits not in TURBO_BITS:
-        raise ValueError(f"{what} bits must be 1-8, got {bits!r}")
-    return int(bits)
-
-@register_codec
-class TurboCodec(Codec):
-    "TurboQuant for one side: float16 norm + `bits`-bit sphere-codebook codes of the seeded-rotated unit vector"
-    name = 'turbo'
-    def __init__(self, bits=3, seed=0, dim=None):
-        self.bits = check_turbo_bits(bits)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"turbo rotation seed must be a non-negative integer, got {seed!r}")
-        self.seed, self.dim = int(seed), None
-        if dim is not None: self.check_dim(dim)
-    def config(self): return dict(codec=self.name, bits=self.bits, seed=self.seed, dim=self.dim)
-    def check_dim(self, dim):
-        "Fix the head dim on first use; a ValueError naming the fix for dims no rotation supports"
-        if self.dim is not None:
-            if dim != self.dim:
-                raise ValueError(f"this turbo codec holds vectors of dim {self.dim}, got {dim}: use one codec per head dim")
-            return
-        try: get_rotation(int(dim), self.seed); sphere_codebook(int(dim), self.bits)
-        except ValueError as e:
-            raise ValueError(f"turbo quantization cannot take head dim {dim} ({e}); use an affine scheme "
-                             "(e.g. kv='affine:8') or kv='fp16' for this model") from None
-        self.dim = int(dim)
-    @property
-    def rotation(self): return get_rotation(self.dim, self.seed)
-    @property
-    def codebook(self): return sphere_codebook(self.dim, self.bits)
-    def bytes_per_token(self, dim): return 4 * packed_words(dim, self.bits) + 2
-
-# %% ../nbs/03_turboquant.ipynb #d4b0bc84
-@patch_to(TurboCodec)
-def encode(self, x):
-    "(B, H, L, D) -> (words uint32 (B, H, L, W), norms float16 (B, H, L, 1))"
-    self.check_dim(x.shape[-1])
-    return quantize_pack(x, self.rotation, self.codebook)
-
-@patch_to(TurboCodec)
-def decode_rotated(self, parts, dtype=mx.float32):
-    "The stored vectors in the rotated space: norm * centroid[code]"
-    words, norms = parts
-    return dequantize_unpack(words, norms, self.codebook, self.dim).astype(dtype)
-
-@patch_to(TurboCodec)
-def decode(self, parts, dtype=mx.float32):
-    "The stored vectors in the original space (for tests and conversions; attention never calls it)"
-    return self.rotation.inverse(self.decode_rotated(parts)).astype(dtype)
-
-# %% ../nbs/03_turboquant.ipynb #71c47119
-def _centroids(codec, words, dtype):
-    "Centroid value of every code (the unit vectors in the rotated space), (B, H, L, D)"
-    return codec.codebook.centroids_mx.astype(dtype)[unpack(words, codec.bits, codec.dim)]
-
-def _norm_row(norms, dtype):
-    "(B, H, L, 1) norms as (B, H, 1, 1, L), to scale the key axis of (B, H, G, Lq, L) blocks"
-    return mx.expand_dims(norms.astype(dtype).swapaxes(-1, -2), 2)
-
-@patch_to(TurboCodec)
-def prepare_queries(self, queries): return self.rotation.forward(queries).astype(queries.dtype)
-
-@patch_to(TurboCodec)
-def finish_values(self, out): return self.rotation.inverse(out).astype(out.dtype)
-
-@patch_to(TurboCodec)
-def scores(self, queries, parts):
-    "Rotated `queries` (B, Hkv, G, Lq, D) x stored keys -> (B, Hkv, G, Lq, Lk)"
-    words, norms = parts
-    c = _centroids(self, words, queries.dtype)
-    return (queries @ mx.expand_dims(c, 2).swapaxes(-1, -2)) * _norm_row(norms, queries.dtype)
-
-@patch_to(TurboCodec)
-def weighted(self, probs, parts):
-    "`probs` (B, Hkv, G, Lq, Lk) x stored values -> (B, Hkv, G, Lq, D), still rotated"
-    words, norms = parts
-    c = _centroids(self, words, probs.dtype)
-    return (probs * _norm_row(norms, probs.dtype)) @ mx.expand_dims(c, 2)
+__all__ = ['TurboQuantKVCache', 'to_turbo_quantized']
 
 # %% ../nbs/03_turboquant.ipynb #ae3b2c8f
 class TurboQuantKVCache(CodecKVCache):

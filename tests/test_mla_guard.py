@@ -14,6 +14,8 @@ import mlx_lm.models.cache as mlc
 from mlx_lm.generate import generate_step
 
 from mlx_kvq import mla_guard as G
+from mlx_kvq import tiny as T
+from mlx_kvq import integrate as I
 
 SEED_001_MLA = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa", "kimi_linear",
                 "kimi_vl", "longcat_flash", "longcat_flash_ngram", "minicpm3", "youtu_llm"}
@@ -23,7 +25,7 @@ SUBSET = ["deepseek_v3", "deepseek_v2", "deepseek_v32", "kimi_linear", "qwen3_ne
 # families whose tiny forward crashes the process on MLX 0.32.4 CPU (not a guard question): decisions only
 NO_FORWARD = {"phi3small": "tiny forward segfaults in MLX 0.32.4 on CPU"}
 FULL = os.environ.get("MLX_KVQ_FULL_SWEEP", "") not in ("", "0")
-FAMILIES = G.model_families() if FULL else SUBSET
+FAMILIES = T.model_families() if FULL else SUBSET
 
 
 def _leaves(cs):
@@ -33,7 +35,7 @@ def _leaves(cs):
 
 
 def _build(family):
-    try: return G.tiny_model(family)
+    try: return T.tiny_model(family)
     except Exception as e:
         if family in MLA or family in SUBSET: raise          # these must always build
         pytest.skip(f"{family} cannot be built tiny: {type(e).__name__}: {e}")
@@ -99,7 +101,7 @@ def test_seed_000_with_integrate():
 
 def test_ssm_state_untouched_in_hybrid():
     from mlx_kvq.integrate import make_prompt_cache
-    model = G.tiny_model("qwen3_next", head_dim=32)
+    model = T.tiny_model("qwen3_next", head_dim=32)
     exact = mlc.make_prompt_cache(model)
     caches = make_prompt_cache(model, kv="affine:4", group_size=32)
     x = mx.array([[1, 2, 3, 4, 5]])
@@ -133,7 +135,7 @@ def test_no_scheme_breaks_latent_caches(family):
         for c, e in zip(leaves, _kv_leaves(exact_caches)):      # the latent itself is bit-identical
             np.testing.assert_array_equal(np.array(c.keys[..., :c.offset, :]), np.array(e.keys[..., :e.offset, :]))
     # the MLA-aware scheme only when asked: latents quantized, DSA indexer keys exact, generation runs
-    caches = G.apply_mla_scheme(make_prompt_cache(model, kv="affine:4", group_size=32), "affine:8", group_size=32)
+    caches = I.apply_mla_scheme(make_prompt_cache(model, kv="affine:4", group_size=32), "affine:8", group_size=32)
     assert len(_greedy(model, caches)) == 3
     for c, e in zip(_kv_leaves(caches), _kv_leaves(exact_caches)):
         assert type(c).__name__ == ("QuantizedMLACache" if e.role == "latent" else "MLACache")
@@ -158,7 +160,7 @@ def test_quantized_latent_equals_fake_quant_reference(family, bits):
         out = [model(toks[:, :4], cache=caches), model(toks[:, 4:8], cache=caches)]
         out += [model(toks[:, i:i + 1], cache=caches) for i in range(8, 12)]
         return np.array(mx.concatenate(out, axis=1))
-    got = run(G.apply_mla_scheme(G.guarded_prompt_cache(model), f"affine:{bits}", group_size=32))
+    got = run(I.apply_mla_scheme(G.guarded_prompt_cache(model), f"affine:{bits}", group_size=32))
     ref = run([_FakeQuantLatent(AffineCodec(bits, 32)) if type(c) is mlc.KVCache else c
                for c in mlc.make_prompt_cache(model)])
     exact = run(G.guarded_prompt_cache(model))
@@ -167,8 +169,8 @@ def test_quantized_latent_equals_fake_quant_reference(family, bits):
 
 
 def test_quantized_mla_cache_save_load_continue(tmp_path):
-    model = G.tiny_model("deepseek_v3")
-    caches = G.apply_mla_scheme(G.guarded_prompt_cache(model), "affine:6", group_size=32)
+    model = T.tiny_model("deepseek_v3")
+    caches = I.apply_mla_scheme(G.guarded_prompt_cache(model), "affine:6", group_size=32)
     x = mx.array([[1, 2, 3, 4, 5]])
     mx.eval(model(x, cache=caches))
     fn = str(tmp_path / "c.safetensors")
@@ -182,7 +184,7 @@ def test_quantized_mla_cache_save_load_continue(tmp_path):
 def _run_cli(tmp_path, family, **overrides):
     import subprocess, sys
     d = tmp_path / family
-    G.save_tiny_model_dir(family, d, **overrides)
+    T.save_tiny_model_dir(family, d, **overrides)
     env = {**os.environ, "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"}
     r = subprocess.run([sys.executable, "-m", "mlx_kvq", "generate", "--model", str(d), "--kv", "affine:4",
                         "--max-tokens", "3", "--prompt", "the capital of france is"],
