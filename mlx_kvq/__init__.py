@@ -19,12 +19,13 @@ from .kvsplit import KVSplitCache, QuantizedRotatingKVCache, to_quantized_rotati
 from .batch import BatchQuantizedKVCache, BatchQuantizedRotatingKVCache
 from .planned import PlannedKVCache
 from .mla_guard import QuantizedMLACache, MLACache, uses_mla
-from .dsv4 import SparseKVCache
+from .dsv4_cache import SparseKVCache, BatchSparseKVCache
 from .schemes import KVScheme, parse_scheme, register_scheme_family, valid_schemes
 from .dispatch import install, uninstall, installed
 from .integrate import make_prompt_cache, cache_report, CacheReport, save_prompt_cache, load_prompt_cache
 from .models import load
 from . import recipe, cli, bench   # noqa: F401  (register the auto:B scheme family and the subcommands)
+from . import dsv4_model   # noqa: F401  (answers mlx_lm.models.deepseek_v4 for mlx_lm.load)
 
 try: install()
 except RuntimeError as _e:  # an untested mlx-lm: make_prompt_cache / install() raise the same message

@@ -14,14 +14,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.base import BaseModelArgs
-from mlx_lm.models import cache as mlx_cache
-import copy, json
-from .qcache import Codec, register_cache_class
+from .qcache import Codec
+from .dsv4_cache import Chunk, EntryStore, SparseKVCache, BatchSparseKVCache, take_rows, _fresh_codec
 
 # %% auto #0
-__all__ = ['ModelArgs', 'tiny_args', 'rope_inv_freq', 'apply_rope', 'EntryStore', 'SparseKVCache', 'Compressor',
-           'sparse_attention', 'dense_attention', 'visible_entries', 'Indexer', 'Attention', 'randomize',
-           'BatchSparseKVCache']
+__all__ = ['ModelArgs', 'tiny_args', 'rope_inv_freq', 'apply_rope', 'Compressor', 'sparse_attention', 'dense_attention',
+           'window_entry_attention', 'visible_entries', 'Indexer', 'Attention', 'randomize']
 
 # %% ../nbs/07_dsv4_csa.ipynb #da914fd7
 @dataclass
@@ -109,11 +107,13 @@ def rope_inv_freq(dims: int, base: float, scaling: Optional[dict] = None) -> mx.
         raise ValueError(f"DeepSeek-V4 RoPE supports yarn or none, got rope_scaling type {kind!r}")
     return mx.array(inv.astype(np.float32))
 
-def apply_rope(x: mx.array, inv_freq: mx.array, positions: mx.array, inverse: bool = False) -> mx.array:
-    "Rotate the last `2*len(inv_freq)` features of `x` (B, L, [H,] D) at `positions` (L,) in interleaved pairs."
+def apply_rope(x: mx.array, inv_freq: mx.array, positions, inverse: bool = False) -> mx.array:
+    """Rotate the last `2*len(inv_freq)` features of `x` (B, L, [H,] D) in interleaved pairs, at `positions`
+    (L,) or one row per request (B, L) (numpy or mx)."""
     rd = 2 * inv_freq.shape[0]
-    ang = positions.astype(mx.float32)[:, None] * inv_freq[None]          # (L, rd/2)
-    if x.ndim == 4: ang = ang[:, None]                                     # (L, 1, rd/2)
+    positions = mx.array(positions) if isinstance(positions, np.ndarray) else positions
+    ang = positions.astype(mx.float32)[..., None] * inv_freq                # ([B,] L, rd/2)
+    if x.ndim == 4: ang = ang[..., None, :]                                # ([B,] L, 1, rd/2)
     cos, sin = mx.cos(ang), mx.sin(ang)
     if inverse: sin = -sin
     head, tail = x[..., : x.shape[-1] - rd], x[..., x.shape[-1] - rd :].astype(mx.float32)
@@ -122,223 +122,9 @@ def apply_rope(x: mx.array, inv_freq: mx.array, positions: mx.array, inverse: bo
     rot = mx.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(tail.shape)
     return mx.concatenate([head, rot.astype(x.dtype)], axis=-1)
 
-# %% ../nbs/07_dsv4_csa.ipynb #2c3b47c9
-def _codec_json(codec: Optional[Codec]) -> str:
-    return "" if codec is None else json.dumps(codec.config(), sort_keys=True)
-
-def _codec_from_json(s: str) -> Optional[Codec]:
-    return None if not s else Codec.from_config(json.loads(s))
-
-def _fresh_codec(c: Optional[Codec]) -> Optional[Codec]:
-    "A new codec of the same configuration (codecs fix their dimension on first use, so caches do not share one)."
-    return None if c is None else Codec.from_config({k: v for k, v in c.config().items() if k != "dim"})
-
-class EntryStore:
-    "Rows (B, N, D) appended over time, exact or through a `codec`; storage grows in steps of `step` rows."
-    step = 256
-
-    def __init__(self, codec: Optional[Codec] = None):
-        if codec is not None and not isinstance(codec, Codec):
-            raise TypeError(f"codec must be an mlx_kvq codec (e.g. TurboCodec(4), AffineCodec(8)), got {codec!r}")
-        self.codec, self.parts, self.n, self.dtype = codec, None, 0, None
-
-    def __deepcopy__(self, memo):                      # (mx.Dtype cannot be deep-copied; arrays are)
-        s = EntryStore.__new__(EntryStore); s.__dict__.update(self.__dict__)
-        s.codec = copy.deepcopy(self.codec, memo)
-        s.parts = None if self.parts is None else tuple(copy.deepcopy(p, memo) for p in self.parts)
-        return s
-
-    @property
-    def capacity(self) -> int: return 0 if self.parts is None else self.parts[0].shape[-2]
-
-    def append(self, rows: Optional[mx.array]):
-        "Write new rows (B, n, D) after the used ones; grow the storage by whole steps when it is full."
-        if rows is None or rows.shape[1] == 0: return
-        new = (rows[:, None],) if self.codec is None else tuple(self.codec.encode(rows[:, None]))
-        n, prev = rows.shape[1], self.n
-        if prev + n > self.capacity:
-            grow = -(-(prev + n) // self.step) * self.step - prev
-            blank = [mx.zeros((*p.shape[:-2], grow, p.shape[-1]), p.dtype) for p in new]
-            self.parts = tuple(blank) if self.parts is None else tuple(
-                mx.concatenate([p[..., :prev, :], b], axis=-2) for p, b in zip(self.parts, blank))
-        for p, x in zip(self.parts, new): p[..., prev : prev + n, :] = x
-        self.n, self.dtype = prev + n, rows.dtype
-
-    def rows(self) -> Optional[mx.array]:
-        "The used rows (B, N, D), decoded if a codec stores them; None while empty."
-        if self.n == 0: return None
-        used = tuple(p[..., : self.n, :] for p in self.parts)
-        return (used[0] if self.codec is None else self.codec.decode(used, self.dtype))[:, 0]
-
-    @property
-    def nbytes(self) -> int: return 0 if self.parts is None else sum(p.nbytes for p in self.parts)
-
-    @property
-    def used_nbytes(self) -> int: return 0 if self.n == 0 else sum(p[..., : self.n, :].nbytes for p in self.parts)
-
-    def saved(self):
-        "What `state` keeps: None, the rows (B, N, D) (exact), or the codec's used parts."
-        if self.n == 0: return None
-        if self.codec is None: return self.parts[0][:, 0, : self.n]
-        return tuple(p[..., : self.n, :] for p in self.parts)
-
-    @classmethod
-    def from_saved(cls, saved, codec: Optional[Codec] = None) -> "EntryStore":
-        s = cls(codec)
-        if saved is not None:
-            s.parts = (saved[:, None],) if codec is None else tuple(saved)
-            s.n = s.parts[0].shape[-2]
-            s.dtype = saved.dtype if codec is None else mx.float32
-        return s
-
-# %% ../nbs/07_dsv4_csa.ipynb #681d6fc8
-_FORMAT = 2   # version of SparseKVCache.state (1: exact entries only, no codec fields)
-
-@register_cache_class                  # so mlx_lm.models.cache.load_prompt_cache finds it
-class SparseKVCache(mlx_cache._BaseCache):
-    "Per-layer DeepSeek-V4 cache: window ring, compressed entries, indexer keys and compressor states."
-    def __init__(self, window: int = 128, ratio: int = 0, codec: Optional[Codec] = None, index_codec: Optional[Codec] = None):
-        if window < 1: raise ValueError(f"window must be >= 1, got {window}")
-        if ratio < 0 or ratio == 1: raise ValueError(f"ratio must be 0 or >= 2, got {ratio}")
-        self.window, self.ratio, self.offset = int(window), int(ratio), 0
-        self.ring = None
-        self.entries, self.index_entries = EntryStore(codec), EntryStore(index_codec)
-        self.tails = {"attn": (None, None), "index": (None, None)}
-
-    @property
-    def compressed(self) -> Optional[mx.array]: return self.entries.rows()
-    @property
-    def index_keys(self) -> Optional[mx.array]: return self.index_entries.rows()
-
-    def config(self) -> tuple:
-        "What two caches must share to be batched together."
-        return (self.window, self.ratio, _codec_json(self.entries.codec), _codec_json(self.index_entries.codec))
-
-    # ---- window ---------------------------------------------------------------------------
-    def window_rows(self) -> Optional[mx.array]:
-        "Latents of the last min(offset, window) tokens, oldest first."
-        if self.ring is None: return None
-        n = min(self.offset, self.window)
-        if n < self.window: return self.ring[:, :n]
-        s = self.offset % self.window
-        return self.ring if s == 0 else mx.concatenate([self.ring[:, s:], self.ring[:, :s]], axis=1)
-
-    def update_window(self, kv: mx.array) -> tuple[mx.array, int]:
-        """Append latents `kv` (B, L, D); return the rows the L new queries can see, oldest first, and the
-        position of the first of them. Advances `offset`."""
-        B, L, D = kv.shape
-        o, w = self.offset, self.window
-        prev = self.window_rows()
-        P = 0 if prev is None else min(prev.shape[1], w - 1)
-        keys = kv if P == 0 else mx.concatenate([prev[:, prev.shape[1] - P:], kv], axis=1)
-        if self.ring is not None and L == 1 and o >= w:          # steady decode: overwrite one slot
-            s = o % w
-            self.ring[:, s : s + 1] = kv.astype(self.ring.dtype)
-        else:
-            rows = kv if prev is None else mx.concatenate([prev, kv], axis=1)
-            rows = rows[:, max(rows.shape[1] - w, 0):]
-            end = o + L
-            if end < w:
-                ring = mx.concatenate([rows, mx.zeros((B, w - rows.shape[1], D), kv.dtype)], axis=1)
-            else:
-                s = end % w                                       # slot of the oldest kept row
-                ring = rows if s == 0 else mx.concatenate([rows[:, w - s:], rows[:, : w - s]], axis=1)
-            self.ring = ring
-        self.offset = o + L
-        return keys, o - P
-
-    # ---- compressed entries -----------------------------------------------------------------
-    def append(self, name: str, rows: Optional[mx.array]):
-        "Append new compressed entries (`name='compressed'`) or index keys (`name='index_keys'`)."
-        {"compressed": self.entries, "index_keys": self.index_entries}[name].append(rows)
-
-    # ---- mlx-lm cache protocol -----------------------------------------------------------------
-    def update_and_fetch(self, keys, values):
-        "mlx-lm protocol: `keys` (B, 1, L, D) latents (values are the same latents); returns the visible window."
-        rows, _ = self.update_window(keys[:, 0])
-        return rows[:, None], rows[:, None]
-
-    @property
-    def state(self):
-        return (self.ring, self.entries.saved(), self.index_entries.saved(), *self.tails["attn"], *self.tails["index"],
-                self.offset, self.window, self.ratio, _codec_json(self.entries.codec), _codec_json(self.index_entries.codec), _FORMAT)
-
-    @state.setter
-    def state(self, v):
-        fmt = int(v[-1])
-        if fmt > _FORMAT:
-            raise ValueError(f"SparseKVCache state format {fmt} is newer than this mlx_kvq ({_FORMAT}); upgrade mlx_kvq")
-        want = {1: 11, 2: 13}[fmt]
-        if len(v) != want: raise ValueError(f"SparseKVCache state of format {fmt} must have {want} entries, got {len(v)}")
-        ring, comp, idx, akv, asc, ikv, isc, offset, window, ratio = v[:10]
-        codec, index_codec = (None, None) if fmt == 1 else (_codec_from_json(v[10]), _codec_from_json(v[11]))
-        self.ring = ring
-        self.entries, self.index_entries = EntryStore.from_saved(comp, codec), EntryStore.from_saved(idx, index_codec)
-        self.tails = {"attn": (akv, asc), "index": (ikv, isc)}
-        self.offset, self.window, self.ratio = int(offset), int(window), int(ratio)
-
-    @property
-    def meta_state(self): return ""
-
-    def size(self): return self.offset
-    def empty(self): return self.ring is None
-
-    def is_trimmable(self):
-        # Evicted window rows and pooled entries cannot be un-pooled: only an empty cache trims.
-        return self.offset == 0
-
-    def trim(self, n):
-        return 0   # nothing can be given back honestly (see is_trimmable)
-
-    def make_mask(self, *args, **kwargs):
-        return None  # the attention builds its own window / visibility masks
-
-    def to_codec(self, codec: Optional[Codec], index_codec: Optional[Codec] = None) -> "SparseKVCache":
-        """A copy whose compressed entries (and index keys) are stored through `codec` (`index_codec`; None: exact),
-        re-encoding the rows as they read now; window and compressor states are kept as they are."""
-        new = copy.deepcopy(self)
-        new.entries = EntryStore(_fresh_codec(codec) if self.ratio else None)
-        new.index_entries = EntryStore(_fresh_codec(index_codec) if self.ratio == 4 else None)
-        new.entries.append(self.compressed); new.index_entries.append(self.index_keys)
-        return new
-
-    def merge(_, caches):
-        "mlx-lm's batching entry point (called on one of the caches): the rows as one `BatchSparseKVCache`."
-        return BatchSparseKVCache.merge(caches)
-
-    @property
-    def nbytes(self):
-        "Every byte kept alive: ring, compressor states, and the entry stores' whole capacity."
-        arrs = [self.ring, *self.tails["attn"], *self.tails["index"]]
-        return sum(a.nbytes for a in arrs if a is not None) + self.entries.nbytes + self.index_entries.nbytes
-
-    @property
-    def used_nbytes(self):
-        "Bytes of what `state` saves (the entry stores' used rows, not their spare capacity)."
-        arrs = [self.ring, *self.tails["attn"], *self.tails["index"]]
-        return sum(a.nbytes for a in arrs if a is not None) + self.entries.used_nbytes + self.index_entries.used_nbytes
-
-    @staticmethod
-    def bytes_per_token(head_dim: int, index_head_dim: int, ratio: int, itemsize: int = 2,
-                        codec: Optional[Codec] = None, index_codec: Optional[Codec] = None) -> float:
-        "Growth of the used bytes per token once the window is full: compressed entries plus index keys."
-        if ratio == 0: return 0.0
-        entry = head_dim * itemsize if codec is None else codec.bytes_per_token(head_dim)
-        index = 0 if ratio != 4 else (index_head_dim * itemsize if index_codec is None else index_codec.bytes_per_token(index_head_dim))
-        return (entry + index) / ratio
-
-    def __repr__(self):
-        codec = "" if self.entries.codec is None else f", codec={self.entries.codec!r}"
-        return f"SparseKVCache(window={self.window}, ratio={self.ratio}, offset={self.offset}, entries={self.entries.n}{codec})"
-
 # %% ../nbs/07_dsv4_csa.ipynb #f52cc493
-def _tail_start(pos: int, ratio: int, overlap: bool) -> int:
-    "First position whose projected rows a compressor must keep once `pos` tokens are in."
-    start = (pos // ratio) * ratio
-    return start - ratio if overlap and start >= ratio else start
-
 class Compressor(nn.Module):
-    "Learned gated pooling of `ratio` tokens into one entry (overlapping previous+current window when ratio is 4)."
+    "Learned gated pooling of `ratio` tokens into one entry (overlapping previous+current window when ratio is 4), in float32."
     def __init__(self, hidden_size: int, head_dim: int, ratio: int, eps: float = 1e-6):
         super().__init__()
         self.ratio, self.head_dim, self.overlap = ratio, head_dim, ratio == 4
@@ -348,44 +134,44 @@ class Compressor(nn.Module):
         self.ape = mx.zeros((ratio, width), dtype=mx.float32)
         self.norm = nn.RMSNorm(head_dim, eps=eps)
 
-    def __call__(self, x: mx.array, offset: int, tail, inv_freq: mx.array):
-        """Compress chunk `x` (B, L, hidden) that starts at position `offset`; `tail` is the cached
-        (kv_rows, score_rows). Returns (new entries (B, n, head_dim) or None, new tail)."""
+    def __call__(self, x: mx.array, ch: Chunk, pool, inv_freq: mx.array):
+        """Compress chunk `x` (B, L, hidden) placed by `ch`; `pool` is the compressor state (kv, score) (B, S, width),
+        token t in slot t mod S (None: nothing yet). Returns (new entries (B, n, head_dim) or None, new pool):
+        request b's entries j = offsets[b] // ratio, ... (rows past its own count are spare)."""
         B, L, _ = x.shape
         r, d = self.ratio, self.head_dim
-        kv = self.wkv(x).astype(mx.float32)
-        score = self.wgate(x).astype(mx.float32) + self.ape[mx.array((offset + np.arange(L)) % r)]
-        t0 = _tail_start(offset, r, self.overlap)
-        if tail[0] is not None:
-            kv, score = mx.concatenate([tail[0], kv], axis=1), mx.concatenate([tail[1], score], axis=1)
-        n0, n1 = offset // r, (offset + L) // r            # new entries j in [n0, n1)
+        S = 2 * r if self.overlap else r
+        xf = x.astype(mx.float32)                            # the reference computes the compressor in float32
+        kv = self.wkv(xf).astype(mx.float32)
+        score = self.wgate(xf).astype(mx.float32) + self.ape[mx.array(ch.positions % r)]
+        if pool is None: pool = tuple(mx.zeros((B, S, kv.shape[-1]), mx.float32) for _ in range(2))
+        src_kv, src_sc = mx.concatenate([pool[0], kv], axis=1), mx.concatenate([pool[1], score], axis=1)
+        n0, n1 = ch.offsets // r, ch.ends // r                 # request b closes entries j in [n0[b], n1[b])
+        n = int((n1 - n0).max(initial=0))
         entries = None
-        if n1 > n0:
-            n = n1 - n0
-            cur = slice(n0 * r - t0, n1 * r - t0)
-            ckv = kv[:, cur].reshape(B, n, r, kv.shape[-1])
-            csc = score[:, cur].reshape(B, n, r, kv.shape[-1])
+        if n > 0:
+            j = n0[:, None] + np.arange(n)                      # (B, n)
+            live = (j < n1[:, None])[..., None]
+            cur = r * j[..., None] + np.arange(r)               # (B, n, r) positions of each entry's window
+            ci = np.where(live, ch.source(cur, S), 0)
+            ckv, csc = take_rows(src_kv, ci), take_rows(src_sc, ci)
             if self.overlap:
-                ckv, csc = ckv[..., d:], csc[..., d:]
-                lo = max(n0 - 1, 0)                       # previous windows that exist: lo .. n1-2
-                prev = slice(lo * r - t0, (n1 - 1) * r - t0)
-                pkv = kv[:, prev].reshape(B, n1 - 1 - lo, r, 2 * d)[..., :d]
-                psc = score[:, prev].reshape(B, n1 - 1 - lo, r, 2 * d)[..., :d]
-                if n0 == 0:                                   # entry 0: no previous window
-                    pkv = mx.concatenate([mx.zeros((B, 1, r, d)), pkv], axis=1)
-                    psc = mx.concatenate([mx.full((B, 1, r, d), -mx.inf), psc], axis=1)
-                ckv, csc = mx.concatenate([pkv, ckv], axis=2), mx.concatenate([psc, csc], axis=2)
+                prev = cur - r                                  # previous window, first half of the features
+                pi = np.where(live & (prev >= 0), ch.source(prev, S), 0)
+                pkv, psc = take_rows(src_kv, pi)[..., :d], take_rows(src_sc, pi)[..., :d]
+                psc = mx.where(mx.array(prev >= 0)[..., None], psc, -mx.inf)       # entry 0 has none
+                ckv = mx.concatenate([pkv, ckv[..., d:]], axis=2)
+                csc = mx.concatenate([psc, csc[..., d:]], axis=2)
             pooled = (ckv * mx.softmax(csc, axis=2, precise=True)).sum(axis=2)
-            entries = self.norm(pooled.astype(x.dtype))
-            entries = apply_rope(entries, inv_freq, mx.arange(n0, n1) * r)
-        t1 = _tail_start(offset + L, r, self.overlap)
-        return entries, (kv[:, t1 - t0 :], score[:, t1 - t0 :])
+            entries = apply_rope(self.norm(pooled.astype(x.dtype)), inv_freq, r * j)
+        src = ch.roll_source(S)
+        return entries, (take_rows(src_kv, src), take_rows(src_sc, src))
 
 # %% ../nbs/07_dsv4_csa.ipynb #d1b6ffd6
 def sparse_attention(q: mx.array, kv: mx.array, idx: mx.array, sinks: mx.array, scale: float,
                      block: int = 256) -> mx.array:
-    """Each query (B, L, H, D) attends to the rows `idx` (B, L, K) of `kv` (B, N, D) (-1 = none), with one
-    zero-valued sink logit per head. Returns (B, L, H, D)."""
+    """Reference gather path: each query (B, L, H, D) attends to the rows `idx` (B, L, K) of `kv` (B, N, D)
+    (-1 = none), with one zero-valued sink logit per head. Returns (B, L, H, D)."""
     B, L, H, D = q.shape
     outs = []
     for s in range(0, L, block):
@@ -410,10 +196,36 @@ def dense_attention(q: mx.array, kv: mx.array, mask: mx.array, sinks: Optional[m
     if sinks is not None: p = p[..., :-1]
     return mx.einsum("blhn,bnd->blhd", p, kv.astype(mx.float32)).astype(q.dtype)
 
+def window_entry_attention(q: mx.array, wkeys: mx.array, wmask: mx.array, ekeys: Optional[mx.array],
+                           emask: Optional[mx.array], sinks: mx.array, scale: float) -> mx.array:
+    """Attention of queries (B, L, H, D) over two sets of latents, one softmax with the sink logit: the window
+    `wkeys` (B, M, D) under `wmask` (B, L, M), and entries `ekeys`, shared (B, N, D) or one set per query
+    (B, L, K, D), under `emask` (B, L, N|K). Float32; nothing is concatenated but the logits' maxima."""
+    qf = q.astype(mx.float32) * scale
+    wk = wkeys.astype(mx.float32)[:, None]                                 # (B, 1, M, D)
+    sw = mx.where(wmask[:, :, None], qf @ wk.swapaxes(-1, -2), -mx.inf)   # (B, L, H, M)
+    sink = sinks.astype(mx.float32)[:, None]                               # (H, 1)
+    m = mx.maximum(sw.max(-1, keepdims=True), sink)
+    if ekeys is not None:
+        ek = ekeys.astype(mx.float32)
+        ek = ek[:, None] if ek.ndim == 3 else ek                            # (B, 1|L, N|K, D)
+        se = mx.where(emask[:, :, None], qf @ ek.swapaxes(-1, -2), -mx.inf)
+        m = mx.maximum(m, se.max(-1, keepdims=True))
+    pw = mx.exp(sw - m)
+    num, den = pw @ wk, pw.sum(-1, keepdims=True) + mx.exp(sink - m)
+    if ekeys is not None:
+        pe = mx.exp(se - m)
+        num, den = num + pe @ ek, den + pe.sum(-1, keepdims=True)
+    return (num / den).astype(q.dtype)
+
 # %% ../nbs/07_dsv4_csa.ipynb #1afa8a8f
-def visible_entries(positions: mx.array, ratio: int) -> mx.array:
+def visible_entries(positions, ratio: int):
     "Number of compressed entries each query position can see: floor((t+1)/ratio)."
     return (positions + 1) // ratio
+
+def _key_block(L: int, H: int) -> int:
+    "Keys scored per block so that one block of scores (L, H, keys) stays near 16M floats."
+    return max(256, (1 << 24) // max(1, L * H))
 
 class Indexer(nn.Module):
     "Lightning Indexer: its own ratio-4 compressor, low-rank query heads, relu-scored weighted top-k."
@@ -424,28 +236,36 @@ class Indexer(nn.Module):
         self.weights_proj = nn.Linear(args.hidden_size, self.n_heads, bias=False)
         self.compressor = Compressor(args.hidden_size, self.head_dim, ratio, args.rms_norm_eps)
 
-    def scores(self, x, qr, positions, keys, inv_freq):
-        "Index score (B, L, N) of every key for every query, -inf where not yet visible."
+    def scores(self, x, qr, positions: np.ndarray, store: EntryStore, n: int, inv_freq):
+        """Index score (B, L, n) of the first `n` keys of `store` for every query at `positions` (B, L), -inf where
+        not yet visible. Keys are read in blocks as stored: a codec's parts are scored packed (`codec.scores`)."""
         B, L, _ = x.shape
-        q = apply_rope(self.wq_b(qr).reshape(B, L, self.n_heads, self.head_dim), inv_freq, positions)
-        w = self.weights_proj(x).astype(mx.float32) * (self.head_dim * self.n_heads) ** -0.5
-        s = mx.maximum(mx.einsum("blhd,bnd->blhn", q.astype(mx.float32), keys.astype(mx.float32)), 0)
-        s = (s * w[..., None]).sum(axis=2)
-        vis = mx.arange(keys.shape[1])[None] < visible_entries(positions, self.ratio)[:, None]
-        return mx.where(vis[None], s, -mx.inf), vis
+        H, d = self.n_heads, self.head_dim
+        q = apply_rope(self.wq_b(qr).reshape(B, L, H, d), inv_freq, positions).astype(mx.float32)
+        q = q.transpose(0, 2, 1, 3)[:, None]                                  # (B, 1, H, L, d): one shared key head
+        w = (self.weights_proj(x).astype(mx.float32) * (d * H) ** -0.5).transpose(0, 2, 1)[..., None]   # (B, H, L, 1)
+        codec = store.codec
+        if codec is not None: q = codec.prepare_queries(q)
+        out, step = [], _key_block(L, H)
+        for a in range(0, n, step):
+            part = tuple(p[..., a : min(n, a + step), :] for p in store.parts)
+            dots = (q @ part[0][:, :, None].astype(mx.float32).swapaxes(-1, -2)) if codec is None else codec.scores(q, part)
+            out.append((mx.maximum(dots[:, 0], 0) * w).sum(axis=1))           # (B, L, block)
+        s = out[0] if len(out) == 1 else mx.concatenate(out, axis=-1)
+        vis = np.arange(n)[None, None] < visible_entries(positions, self.ratio)[..., None]
+        return mx.where(mx.array(vis), s, -mx.inf)
 
-    def __call__(self, x, qr, positions, cache: SparseKVCache, inv_freq):
+    def __call__(self, x, qr, ch: Chunk, cache: SparseKVCache, inv_freq):
         "Update the index keys in `cache`; return the selected entries (B, L, min(topk, N)), -1 for none."
-        new, cache.tails["index"] = self.compressor(x, cache.offset, cache.tails["index"], inv_freq)
-        cache.append("index_keys", new)
-        keys = cache.index_keys
+        new, cache.pools["index"] = self.compressor(x, ch, cache.pools["index"], inv_freq)
+        cache.write_entries("index_keys", new, ch)
         B, L, _ = x.shape
-        if keys is None: return mx.zeros((B, L, 0), mx.int32)
-        s, vis = self.scores(x, qr, positions, keys, inv_freq)
-        k = min(self.topk, keys.shape[1])
+        n = int(ch.ends.max(initial=0)) // self.ratio
+        if n == 0: return mx.zeros((B, L, 0), mx.int32)
+        s = self.scores(x, qr, ch.positions, cache.index_entries, n, inv_freq)
+        k = min(self.topk, n)
         top = mx.argpartition(-s, kth=k - 1, axis=-1)[..., :k].astype(mx.int32)
-        ok = mx.take_along_axis(mx.broadcast_to(vis[None], s.shape), top, axis=-1)
-        return mx.where(ok, top, -1)
+        return mx.where(mx.take_along_axis(s, top, axis=-1) > -mx.inf, top, -1)
 
 # %% ../nbs/07_dsv4_csa.ipynb #d01b107f
 class Attention(nn.Module):
@@ -455,6 +275,7 @@ class Attention(nn.Module):
         self.layer_id, self.ratio = layer_id, args.compress_ratios[layer_id]
         self.n_heads, self.head_dim, self.rope_dim = args.num_attention_heads, args.head_dim, args.qk_rope_head_dim
         self.window, self.o_groups, self.o_lora_rank, self.eps = args.sliding_window, args.o_groups, args.o_lora_rank, args.rms_norm_eps
+        self.hidden_size = args.hidden_size
         self.scale = self.head_dim ** -0.5
         self.wq_a = nn.Linear(args.hidden_size, args.q_lora_rank, bias=False)
         self.q_norm = nn.RMSNorm(args.q_lora_rank, eps=args.rms_norm_eps)
@@ -488,48 +309,49 @@ class Attention(nn.Module):
         w = w.reshape(G, R, -1).astype(o.dtype)
         return mx.einsum("blgd,grd->blgr", o.reshape(B, L, G, -1), w).reshape(B, L, G * R)
 
-    def select(self, positions, n_entries, selected, n_window_keys, first_window_pos):
-        "Index lists (B, L, K) into concat(window keys, `n_entries` compressed entries) for every query."
-        B, L = selected.shape[:2]
-        p = positions[:, None]
-        W = min(self.window, n_window_keys)
-        widx = (p - first_window_pos) - W + 1 + mx.arange(W)[None]          # window positions <= t, > t - window
-        widx = mx.where(widx >= 0, widx, -1).astype(mx.int32)
-        idx = [mx.broadcast_to(widx[None], (B, L, W))]
-        if self.ratio and n_entries:
-            N = n_entries
-            if self.ratio == 4:
-                cidx = selected
-            else:
-                cidx = mx.arange(N)[None]
-                cidx = mx.broadcast_to(mx.where(cidx < visible_entries(p, self.ratio), cidx, -1)[None], (B, L, N)).astype(mx.int32)
-            idx.append(mx.where(cidx >= 0, cidx + n_window_keys, -1))
-        return mx.concatenate(idx, axis=-1) if len(idx) > 1 else idx[0]
-
-    def prepare(self, x: mx.array, cache: SparseKVCache):
-        """Project `x`, update `cache` (window, compressed entries, index keys, compressor states) and return
-        (queries (B, L, H, D), keys (B, N, D), index lists (B, L, K), positions (L,))."""
+    def prepare(self, x: mx.array, cache: SparseKVCache, ch: Chunk):
+        """Project `x`, update `cache` (entries, index keys, compressor states, window; offsets advanced) and return
+        (queries (B, L, H, D), window keys (B, M, D), their positions (B, M), selected entries (B, L, K) or None)."""
         B, L, _ = x.shape
-        o = cache.offset
-        positions = mx.arange(o, o + L)
         qr = self.q_norm(self.wq_a(x))
         q = self.wq_b(qr).reshape(B, L, self.n_heads, self.head_dim)
         q = mx.fast.rms_norm(q, None, self.eps)                              # per-head RMS, no weight
-        q = apply_rope(q, self._inv_freq, positions)
-        kv = apply_rope(self.kv_norm(self.wkv(x)), self._inv_freq, positions)
+        q = apply_rope(q, self._inv_freq, ch.positions)
+        kv = apply_rope(self.kv_norm(self.wkv(x)), self._inv_freq, ch.positions)
         selected = None
         if self.ratio:
             if self.ratio == 4:
-                selected = self.indexer(x, qr, positions, cache, self._inv_freq)
-            new, cache.tails["attn"] = self.compressor(x, o, cache.tails["attn"], self._inv_freq)
-            cache.append("compressed", new)
-        wkeys, first = cache.update_window(kv)
-        comp = cache.compressed
-        keys = wkeys if comp is None else mx.concatenate([wkeys, comp.astype(wkeys.dtype)], axis=1)
-        if selected is None: selected = mx.zeros((B, L, 0), mx.int32)
-        return q, keys, self.select(positions, 0 if comp is None else comp.shape[1], selected, wkeys.shape[1], first), positions
+                selected = self.indexer(x, qr, ch, cache, self._inv_freq)
+            new, cache.pools["attn"] = self.compressor(x, ch, cache.pools["attn"], self._inv_freq)
+            cache.write_entries("compressed", new, ch)
+        wkeys, wpos = cache.window_keys(kv, ch)
+        cache.update_window(wkeys, ch)
+        cache.advance(ch)
+        return q, wkeys, wpos, selected
 
-    def finish(self, out: mx.array, positions: mx.array) -> mx.array:
+    def attend(self, q, cache: SparseKVCache, ch: Chunk, wkeys, wpos, selected, block: int = 1 << 24) -> mx.array:
+        """Window plus entries for every query: CSA gathers its selected entries from the store by index (decoding
+        only those), HCA reads the visible prefix. Queries go in blocks so gathered rows stay near `block` floats."""
+        B, L, H, D = q.shape
+        t = ch.positions[..., None]
+        wmask = mx.array((wpos[:, None] >= 0) & (wpos[:, None] <= t) & (wpos[:, None] > t - self.window))
+        n = int(ch.ends.max(initial=0)) // self.ratio if self.ratio else 0
+        if n == 0:
+            return window_entry_attention(q, wkeys, wmask, None, None, self.attn_sink, self.scale)
+        if self.ratio != 4:                                                    # HCA: every visible entry
+            emask = mx.array(np.arange(n)[None, None] < visible_entries(t, self.ratio))
+            return window_entry_attention(q, wkeys, wmask, cache.entries.rows(n), emask, self.attn_sink, self.scale)
+        K = selected.shape[-1]
+        step = max(1, block // max(1, K * D))
+        outs = []
+        for s in range(0, L, step):
+            e = min(L, s + step)
+            sel = selected[:, s:e]
+            rows = cache.entries.gather(mx.maximum(sel, 0).reshape(B, -1)).reshape(B, e - s, K, D)
+            outs.append(window_entry_attention(q[:, s:e], wkeys, wmask[:, s:e], rows, sel >= 0, self.attn_sink, self.scale))
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+
+    def finish(self, out: mx.array, positions) -> mx.array:
         "Undo RoPE on the attention output (B, L, H, D) and apply the grouped low-rank output projection."
         B, L = out.shape[:2]
         out = apply_rope(out, self._inv_freq, positions, inverse=True)
@@ -537,9 +359,12 @@ class Attention(nn.Module):
 
     def __call__(self, x: mx.array, mask=None, cache: Optional[SparseKVCache] = None) -> mx.array:
         if cache is None: cache = self.make_cache()
-        if hasattr(cache, "input_spans"): return _attend_rows(self, x, cache)   # a BatchSparseKVCache (below)
-        q, keys, idx, positions = self.prepare(x, cache)
-        return self.finish(sparse_attention(q, keys, idx, self.attn_sink, self.scale), positions)
+        B, L, _ = x.shape
+        ch = cache.chunk(B, L)                        # a BatchSparseKVCache places each row after its padding
+        if not ch.real.any(): return mx.zeros((B, L, self.hidden_size), x.dtype)   # no token: nothing changes
+        q, wkeys, wpos, selected = self.prepare(x, cache, ch)
+        y = self.finish(self.attend(q, cache, ch, wkeys, wpos, selected), ch.positions)
+        return y if ch.real.all() else mx.where(mx.array(ch.real)[..., None], y, 0).astype(y.dtype)
 
 # %% ../nbs/07_dsv4_csa.ipynb #15351c7f
 def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
@@ -554,146 +379,3 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
         new.append((k, r.astype(v.dtype)))
     module.update(tree_unflatten(new))
     return module
-
-# %% ../nbs/07_dsv4_csa.ipynb #12a23a26
-@register_cache_class
-class BatchSparseKVCache(mlx_cache._BaseCache):
-    "mlx-lm batch cache for DeepSeek-V4: one `SparseKVCache` per request plus the padding of the next input."
-    def __init__(self, window: int = 128, ratio: int = 0, left_padding: Optional[list] = None,
-                 codec: Optional[Codec] = None, index_codec: Optional[Codec] = None):
-        left_padding = [int(p) for p in (left_padding or [])]
-        if any(p < 0 for p in left_padding): raise ValueError(f"left_padding must be >= 0, got {left_padding}")
-        self.rows = [SparseKVCache(window, ratio, codec, index_codec) for _ in left_padding]
-        self._skip, self._valid = left_padding, [None] * len(left_padding)
-
-    @classmethod
-    def from_rows(cls, rows: list) -> "BatchSparseKVCache":
-        "A batch holding exactly these single caches (no copy)."
-        for r in rows:
-            if not isinstance(r, SparseKVCache): raise TypeError(f"BatchSparseKVCache rows must be SparseKVCache, got {type(r).__name__}")
-        _check_same_config(rows)
-        b = cls.__new__(cls)
-        b.rows, b._skip, b._valid = list(rows), [0] * len(rows), [None] * len(rows)
-        return b
-
-    @classmethod
-    def merge(cls, caches: list) -> "BatchSparseKVCache":
-        "One batch from single-request caches (copied, so the inputs stay as they were)."
-        for c in caches:
-            if isinstance(c, SparseKVCache) and c.ring is not None and c.ring.shape[0] != 1:
-                raise ValueError(f"merge takes single-request caches (batch size 1), got one of batch size {c.ring.shape[0]}")
-        return cls.from_rows([copy.deepcopy(c) for c in caches])
-
-    def extract(self, idx: int) -> SparseKVCache:
-        "Request `idx` as a single cache, independent of the batch."
-        return copy.deepcopy(self.rows[idx])
-
-    def filter(self, batch_indices):
-        "Keep only the requests `batch_indices` (in that order)."
-        idx = batch_indices.tolist() if isinstance(batch_indices, mx.array) else [int(i) for i in batch_indices]
-        self.rows = [self.rows[i] for i in idx]
-        self._skip, self._valid = [self._skip[i] for i in idx], [self._valid[i] for i in idx]
-
-    def extend(self, other: "BatchSparseKVCache"):
-        "Append the requests of `other` (same window, ratio and codecs)."
-        _check_same_config(self.rows + other.rows)
-        self.rows += other.rows; self._skip += other._skip; self._valid += other._valid
-
-    def prepare(self, *, left_padding=None, lengths=None, right_padding=None):
-        """Describe the next input: `left_padding[i]` pad columns before row i's tokens; with right padding,
-        only `lengths[i]` real tokens follow (counted over the chunks until `finalize`)."""
-        if left_padding is not None:
-            if len(left_padding) != len(self.rows): raise ValueError(f"left_padding has {len(left_padding)} entries for a batch of {len(self.rows)}")
-            self._skip = [s + int(p) for s, p in zip(self._skip, left_padding)]
-        if right_padding is not None and max(right_padding) > 0:
-            if lengths is None or len(lengths) != len(self.rows):
-                raise ValueError("right padding needs `lengths`, one per request")
-            self._valid = [int(n) for n in lengths]
-
-    def finalize(self):
-        "End of a padded prompt: padding never entered the rows, so only the bookkeeping is reset."
-        self._valid = [None] * len(self.rows)
-
-    def _spans(self, L: int, advance: bool):
-        spans, skip, valid = [], list(self._skip), list(self._valid)
-        for i in range(len(self.rows)):
-            s = min(skip[i], L); skip[i] -= s
-            e = L if valid[i] is None else s + min(L - s, valid[i])
-            if valid[i] is not None: valid[i] -= e - s
-            spans.append((s, e))
-        if advance: self._skip, self._valid = skip, valid
-        return spans
-
-    def input_spans(self, L: int) -> list:
-        "For an input of L columns: (start, stop) of each row's real tokens; consumes the padding bookkeeping."
-        return self._spans(L, advance=True)
-
-    def input_mask(self, L: int) -> mx.array:
-        "(B, L) bool: which of the next L input columns are real tokens of each row (padding is False)."
-        cols = np.arange(L)
-        return mx.array(np.stack([(cols >= s) & (cols < e) for s, e in self._spans(L, advance=False)]) if self.rows else np.zeros((0, L), bool))
-
-    def make_mask(self, N: int, *args, **kwargs):
-        return None   # each row's attention builds its own masks; padding is excluded by `input_spans`
-
-    @property
-    def offset(self) -> mx.array: return mx.array([r.offset for r in self.rows], dtype=mx.int32)
-    def size(self): return max((r.offset for r in self.rows), default=0)
-    def empty(self): return all(r.empty() for r in self.rows)
-    def is_trimmable(self): return all(r.is_trimmable() for r in self.rows)
-    def trim(self, n): return 0
-    @property
-    def nbytes(self): return sum(r.nbytes for r in self.rows)
-
-    @property
-    def state(self): return ([r.state for r in self.rows], _FORMAT)
-
-    @state.setter
-    def state(self, v):
-        rows, fmt = v
-        if int(fmt) > _FORMAT:
-            raise ValueError(f"BatchSparseKVCache state format {fmt} is newer than this mlx_kvq ({_FORMAT}); upgrade mlx_kvq")
-        self.rows = [SparseKVCache.from_state(s) for s in rows]
-        self._skip, self._valid = [0] * len(self.rows), [None] * len(self.rows)
-
-    @property
-    def meta_state(self): return ""
-
-    def __repr__(self): return f"BatchSparseKVCache({len(self.rows)} rows: {self.rows})"
-
-def _check_same_config(caches):
-    "Every cache of a batch must come from the same layer of the same model (window, ratio, codecs)."
-    confs = {c.config() for c in caches}
-    if len(confs) > 1:
-        raise ValueError("cannot batch SparseKVCaches with different configurations (window, ratio, codec, index codec): "
-                         f"{sorted(confs)}; batch caches of the same layer of the same model")
-
-# %% ../nbs/07_dsv4_csa.ipynb #25b99bf5
-def _attend_rows(self: "Attention", x: mx.array, cache: BatchSparseKVCache) -> mx.array:
-    B, L, _ = x.shape
-    if B != len(cache.rows): raise ValueError(f"input has batch size {B} but the BatchSparseKVCache holds {len(cache.rows)} requests")
-    outs = []
-    for b, (row, (s, e)) in enumerate(zip(cache.rows, cache.input_spans(L))):
-        y = self(x[b : b + 1, s:e], cache=row) if e > s else None
-        hidden = x.shape[-1]
-        pieces = [mx.zeros((1, s, hidden), x.dtype), y, mx.zeros((1, L - e, hidden), x.dtype)]
-        outs.append(mx.concatenate([p for p in pieces if p is not None and p.shape[1] > 0], axis=1))
-    return mx.concatenate(outs, axis=0)
-
-# %% ../nbs/07_dsv4_csa.ipynb #f56ad550
-import sys, types, importlib, importlib.abc, importlib.util
-
-class _DeepseekV4Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    "Answer `mlx_lm.models.deepseek_v4` with an alias of `mlx_kvq.dsv4_model` (only if mlx-lm has none)."
-    name = "mlx_lm.models.deepseek_v4"
-    def find_spec(self, fullname, path=None, target=None):
-        return importlib.util.spec_from_loader(fullname, self) if fullname == self.name else None
-    def create_module(self, spec):
-        real = importlib.import_module("mlx_kvq.dsv4_model")
-        alias = types.ModuleType(spec.name, real.__doc__)
-        alias.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
-        return alias
-    def exec_module(self, module): pass
-
-if not any(isinstance(f, _DeepseekV4Finder) for f in sys.meta_path):
-    sys.meta_path.append(_DeepseekV4Finder())

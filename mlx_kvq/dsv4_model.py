@@ -6,14 +6,15 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/dsv4_model.html.md"""
 
 # %% ../nbs/07b_dsv4_model.ipynb #d7704f41
 from __future__ import annotations
-import math, re, sys, importlib
+import math, re, sys, types, importlib.abc, importlib.util
 from typing import Any, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.switch_layers import SwitchGLU
-from .dsv4 import ModelArgs, Attention, SparseKVCache, tiny_args, randomize
+from .dsv4 import ModelArgs, Attention, tiny_args, randomize
+from .dsv4_cache import SparseKVCache
 
 # %% auto #0
 __all__ = ['hc_split_sinkhorn', 'HyperConnection', 'HyperHead', 'MoEGate', 'clamped_swiglu', 'ClampedSwiGLU', 'SharedExpert',
@@ -256,3 +257,20 @@ def sanitize_weights(weights: dict, args: ModelArgs) -> dict:
     return out
 
 Model.sanitize = lambda self, weights: sanitize_weights(weights, self.args)
+
+# %% ../nbs/07b_dsv4_model.ipynb #ff143d3b
+_this_module = sys.modules[__name__]
+
+class _DeepseekV4Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    "Answer `mlx_lm.models.deepseek_v4` with an alias of this module (only if mlx-lm has none)."
+    name = "mlx_lm.models.deepseek_v4"
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_loader(fullname, self) if fullname == self.name else None
+    def create_module(self, spec):
+        alias = types.ModuleType(spec.name, _this_module.__doc__)
+        alias.__dict__.update({k: v for k, v in vars(_this_module).items() if not k.startswith("__")})
+        return alias
+    def exec_module(self, module): pass
+
+if not any(type(f).__name__ == "_DeepseekV4Finder" for f in sys.meta_path):
+    sys.meta_path.append(_DeepseekV4Finder())
