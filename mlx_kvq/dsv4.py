@@ -196,26 +196,31 @@ def dense_attention(q: mx.array, kv: mx.array, mask: mx.array, sinks: Optional[m
     if sinks is not None: p = p[..., :-1]
     return mx.einsum("blhn,bnd->blhd", p, kv.astype(mx.float32)).astype(q.dtype)
 
+def _shared(x: mx.array, keys: mx.array) -> mx.array:
+    "x (B, L, H, k) times rows shared by every query (B, k, n) -> (B, L, H, n), as one (B, L*H, k) product (no broadcast copy)."
+    B, L, H, _ = x.shape
+    return (x.reshape(B, L * H, -1) @ keys).reshape(B, L, H, -1)
+
 def window_entry_attention(q: mx.array, wkeys: mx.array, wmask: mx.array, ekeys: Optional[mx.array],
                            emask: Optional[mx.array], sinks: mx.array, scale: float) -> mx.array:
     """Attention of queries (B, L, H, D) over two sets of latents, one softmax with the sink logit: the window
     `wkeys` (B, M, D) under `wmask` (B, L, M), and entries `ekeys`, shared (B, N, D) or one set per query
-    (B, L, K, D), under `emask` (B, L, N|K). Float32; nothing is concatenated but the logits' maxima."""
+    (B, L, K, D), under `emask` (B, L, N|K). Float32; the two sets are never concatenated."""
     qf = q.astype(mx.float32) * scale
-    wk = wkeys.astype(mx.float32)[:, None]                                 # (B, 1, M, D)
-    sw = mx.where(wmask[:, :, None], qf @ wk.swapaxes(-1, -2), -mx.inf)   # (B, L, H, M)
-    sink = sinks.astype(mx.float32)[:, None]                               # (H, 1)
+    wk = wkeys.astype(mx.float32)
+    sw = mx.where(wmask[:, :, None], _shared(qf, wk.swapaxes(-1, -2)), -mx.inf)        # (B, L, H, M)
+    sink = sinks.astype(mx.float32)[:, None]                                             # (H, 1)
     m = mx.maximum(sw.max(-1, keepdims=True), sink)
     if ekeys is not None:
         ek = ekeys.astype(mx.float32)
-        ek = ek[:, None] if ek.ndim == 3 else ek                            # (B, 1|L, N|K, D)
-        se = mx.where(emask[:, :, None], qf @ ek.swapaxes(-1, -2), -mx.inf)
+        dots = _shared(qf, ek.swapaxes(-1, -2)) if ek.ndim == 3 else qf @ ek.swapaxes(-1, -2)
+        se = mx.where(emask[:, :, None], dots, -mx.inf)
         m = mx.maximum(m, se.max(-1, keepdims=True))
     pw = mx.exp(sw - m)
-    num, den = pw @ wk, pw.sum(-1, keepdims=True) + mx.exp(sink - m)
+    num, den = _shared(pw, wk), pw.sum(-1, keepdims=True) + mx.exp(sink - m)
     if ekeys is not None:
         pe = mx.exp(se - m)
-        num, den = num + pe @ ek, den + pe.sum(-1, keepdims=True)
+        num, den = num + (_shared(pe, ek) if ek.ndim == 3 else pe @ ek), den + pe.sum(-1, keepdims=True)
     return (num / den).astype(q.dtype)
 
 # %% ../nbs/07_dsv4_csa.ipynb #1afa8a8f
@@ -242,15 +247,16 @@ class Indexer(nn.Module):
         B, L, _ = x.shape
         H, d = self.n_heads, self.head_dim
         q = apply_rope(self.wq_b(qr).reshape(B, L, H, d), inv_freq, positions).astype(mx.float32)
-        q = q.transpose(0, 2, 1, 3)[:, None]                                  # (B, 1, H, L, d): one shared key head
-        w = (self.weights_proj(x).astype(mx.float32) * (d * H) ** -0.5).transpose(0, 2, 1)[..., None]   # (B, H, L, 1)
+        q = q.reshape(B, 1, 1, L * H, d)                                      # every query head against one key head
+        w = (self.weights_proj(x).astype(mx.float32) * (d * H) ** -0.5)[..., None]    # (B, L, H, 1)
         codec = store.codec
         if codec is not None: q = codec.prepare_queries(q)
         out, step = [], _key_block(L, H)
         for a in range(0, n, step):
             part = tuple(p[..., a : min(n, a + step), :] for p in store.parts)
             dots = (q @ part[0][:, :, None].astype(mx.float32).swapaxes(-1, -2)) if codec is None else codec.scores(q, part)
-            out.append((mx.maximum(dots[:, 0], 0) * w).sum(axis=1))           # (B, L, block)
+            dots = dots.reshape(B, L, H, -1)
+            out.append((mx.maximum(dots, 0) * w).sum(axis=2))                  # (B, L, block)
         s = out[0] if len(out) == 1 else mx.concatenate(out, axis=-1)
         vis = np.arange(n)[None, None] < visible_entries(positions, self.ratio)[..., None]
         return mx.where(mx.array(vis), s, -mx.inf)
