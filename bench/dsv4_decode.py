@@ -58,6 +58,8 @@ def filled_cache(layer: Attention, context: int, codec=None, dtype=mx.float32, b
             b = min(n, a + block)
             store.write(_normal((1, b - a, dim), dtype, key + a), a, b)
             mx.eval(*store.parts)
+        store._reserve(n + 64, store.parts)               # room for the timed steps' entries (no regrowth while timed)
+        mx.eval(*store.parts)
     if r:
         fill(c.entries, context // r, D, 100)
         S, width = (2 * r, 2 * D) if r == 4 else (r, D)
@@ -69,54 +71,63 @@ def filled_cache(layer: Attention, context: int, codec=None, dtype=mx.float32, b
     mx.eval(c.ring, *[a for p in c.pools.values() if p for a in p])
     return c
 
-def _median_ms(step, steps: int, warmup: int = 2) -> float:
-    for i in range(warmup): mx.eval(step(i))
-    ts = []
+def round_robin(steps_of: dict, steps: int, warmup: int = 2) -> dict:
+    """Time one step of every runner in turn (so that load on a shared machine falls on all of them alike), `steps`
+    times after `warmup`; returns name -> (median ms, mean ms)."""
+    for i in range(warmup):
+        for f in steps_of.values(): mx.eval(f(i))
+    ts = {k: [] for k in steps_of}
     for i in range(warmup, warmup + steps):
-        t0 = time.perf_counter(); mx.eval(step(i)); ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
+        for k, f in steps_of.items():
+            t0 = time.perf_counter(); mx.eval(f(i)); ts[k].append(time.perf_counter() - t0)
+    return {k: (statistics.median(v) * 1e3, statistics.mean(v) * 1e3) for k, v in ts.items()}
 
-def time_layer(layer: Attention, context: int, codec, steps: int, dtype=mx.float32) -> float:
-    "Median ms of one decode step of `layer` after `context` tokens."
+def layer_step(layer: Attention, context: int, codec, steps: int, dtype=mx.float32):
+    "One decode step of `layer` after `context` tokens, as a function of the step number."
     cache = filled_cache(layer, context, codec, dtype)
-    x = _normal((1, steps + 2, layer.hidden_size), dtype, 7)
-    return _median_ms(lambda i: layer(x[:, i : i + 1], cache=cache), steps)
+    x = _normal((1, steps + 4, layer.hidden_size), dtype, 7)
+    return lambda i: layer(x[:, i : i + 1], cache=cache)
 
-def time_dense(layer: Attention, context: int, steps: int, dtype=mx.float32) -> float:
-    "Median ms of one decode step with the layer's projections and dense attention over all `context` latents."
+def dense_step(layer: Attention, context: int, steps: int, dtype=mx.float32):
+    """One decode step with the layer's projections and dense attention over all `context` latents (one shared key
+    head: scores as one (H, D) x (D, context) product, sink logit as in the layer)."""
     H, D = layer.n_heads, layer.head_dim
-    keys = _normal((1, 1, context, D), dtype, 11)
-    x = _normal((1, steps + 2, layer.hidden_size), dtype, 7)
+    keys = _normal((context, D), dtype, 11)
+    x = _normal((1, steps + 4, layer.hidden_size), dtype, 7)
+    sink = layer.attn_sink.astype(mx.float32)[:, None]
     def step(i):
         xi, pos = x[:, i : i + 1], mx.array([context + i])
         q = layer.wq_b(layer.q_norm(layer.wq_a(xi))).reshape(1, 1, H, D)
         q = apply_rope(mx.fast.rms_norm(q, None, layer.eps), layer._inv_freq, pos)
         kv = apply_rope(layer.kv_norm(layer.wkv(xi)), layer._inv_freq, pos)         # (computed as a layer would)
-        o = mx.fast.scaled_dot_product_attention(q.transpose(0, 2, 1, 3), keys, keys, scale=layer.scale,
-                                                 sinks=layer.attn_sink.astype(q.dtype))
-        return layer.finish(o.transpose(0, 2, 1, 3), pos), kv
-    return _median_ms(step, steps)
+        s = (q.reshape(H, D).astype(mx.float32) * layer.scale) @ keys.astype(mx.float32).T
+        m = mx.maximum(s.max(-1, keepdims=True), sink)
+        p = mx.exp(s - m)
+        o = (p @ keys.astype(mx.float32)) / (p.sum(-1, keepdims=True) + mx.exp(sink - m))
+        return layer.finish(o.reshape(1, 1, H, D).astype(dtype), pos), kv
+    return step
 
 def layer_table(contexts, sizes, steps: int, dtype=mx.float32, log=print) -> list:
-    "Every (size, layer, entries, context) timing, side by side in one run."
+    "Every (size, layer, entries, context) timing; the runners of one layer are timed in turn, in one run."
     rows = []
     for size in sizes:
         for kind in RATIOS:
             layer = make_layer(size, kind, dtype)
+            runners = {}
             for entries, codec in (("exact", None), ("turbo:4", TurboCodec(4))):
-                for ctx in contexts:
-                    ms = time_layer(layer, ctx, codec, steps, dtype)
-                    rows.append(dict(size=size, layer=kind, entries=entries, context=ctx, ms=ms)); log(rows[-1])
+                for ctx in contexts: runners[entries, ctx] = layer_step(layer, ctx, codec, steps, dtype)
             if kind == "CSA":
-                for ctx in contexts:
-                    ms = time_dense(layer, ctx, steps, dtype)
-                    rows.append(dict(size=size, layer="dense", entries="exact", context=ctx, ms=ms)); log(rows[-1])
-            del layer
+                for ctx in contexts: runners["dense", ctx] = dense_step(layer, ctx, steps, dtype)
+            for (entries, ctx), (med, mean) in round_robin(runners, steps).items():
+                rows.append(dict(size=size, layer="dense" if entries == "dense" else kind, entries="exact" if entries == "dense" else entries,
+                                 context=ctx, ms=med, mean_ms=mean)); log(rows[-1])
+            del layer, runners
     return rows
 
 def batch_table(lengths=(300, 700, 1100, 1500), new_tokens: int = 16, log=print) -> dict:
-    """BatchGenerator over requests of different lengths: median decode step with all of them, against each alone
-    (the same generator with one request); tokens of the batch against each request alone."""
+    """BatchGenerator over requests of different lengths: median decode step (a `next_generated` call where every request
+    gets a token) with all of them, against each alone (the same generator with one request), the generators stepped
+    in turn; the tokens of the batch against each request alone."""
     from mlx_lm.generate import BatchGenerator
     args = ModelArgs(vocab_size=256, hidden_size=512, moe_intermediate_size=256, num_hidden_layers=3, num_attention_heads=8,
                      head_dim=128, qk_rope_head_dim=32, q_lora_rank=256, o_groups=4, o_lora_rank=128, compress_ratios=[4, 128, 0],
@@ -125,22 +136,38 @@ def batch_table(lengths=(300, 700, 1100, 1500), new_tokens: int = 16, log=print)
     model = randomize(Model(args), seed=0); mx.eval(model.parameters())
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, args.vocab_size, n).tolist() for n in lengths]
-    def run(ps):
+    def start(ps):
         gen = BatchGenerator(model, max_tokens=new_tokens, prefill_batch_size=len(ps), completion_batch_size=len(ps), prefill_step_size=512)
         uids = gen.insert(ps, [new_tokens] * len(ps))
-        got, steps, t = {u: [] for u in uids}, [], time.perf_counter()
-        while responses := gen.next_generated():
-            now = time.perf_counter()
-            if all(len(v) >= 2 for v in got.values()) and len(responses) == len(ps): steps.append(now - t)
-            for r in responses: got[r.uid].append(r.token)
-            t = time.perf_counter()
-        gen.close()
-        return [got[u] for u in uids], statistics.median(steps) * 1e3
-    toks, batched = run(prompts)
-    alone = [run([p]) for p in prompts]
-    res = dict(lengths=list(lengths), new_tokens=new_tokens, batched_ms=batched, alone_ms=[a[1] for a in alone],
-               equal=[t == a[0][0] for t, a in zip(toks, alone)])
-    res["ratio_to_mean_alone"] = batched / statistics.mean(res["alone_ms"])
+        return dict(gen=gen, uids=uids, got={u: [] for u in uids}, steps=[])
+    def step(g) -> bool:
+        t0 = time.perf_counter(); responses = g["gen"].next_generated(); dt = time.perf_counter() - t0
+        if not responses: return False
+        decoding = all(len(v) >= 1 for v in g["got"].values()) and len(responses) == len(g["uids"])
+        if decoding and all(r.finish_reason is None for r in responses): g["steps"].append(dt)
+        for r in responses: g["got"][r.uid].append(r.token)
+        return True
+    from mlx_kvq.dsv4_cache import BatchSparseKVCache
+    caches = []                                                      # attention alone: the model's 3 layers, batch vs alone
+    for p_ in prompts:
+        c = model.make_cache(); mx.eval(model(mx.array([p_]), cache=c)); caches.append(c)
+    batch = [BatchSparseKVCache.merge([c[i] for c in caches]) for i in range(len(model.layers))]
+    h = _normal((len(prompts), new_tokens + 4, args.hidden_size), mx.float32, 13)
+    def attn(cs, rows):
+        return lambda i: [l.attn(h[rows, i : i + 1], cache=c) for l, c in zip(model.layers, cs)]
+    attn_ms = round_robin({"batch": attn(batch, slice(None)), **{f"alone{j}": attn(caches[j], slice(j, j + 1)) for j in range(len(prompts))}}, new_tokens)
+    gens = [start(prompts)] + [start([p]) for p in prompts]       # the batch and each request alone, stepped in turn
+    live = list(gens)
+    while live: live = [g for g in live if step(g)]
+    for g in gens: g["gen"].close()
+    med = [statistics.median(g["steps"]) * 1e3 for g in gens]
+    toks = [gens[0]["got"][u] for u in gens[0]["uids"]]
+    res = dict(lengths=list(lengths), new_tokens=new_tokens, batched_ms=med[0], alone_ms=med[1:],
+               equal=[t == g["got"][g["uids"][0]] for t, g in zip(toks, gens[1:])], timed_steps=len(gens[0]["steps"]))
+    res["ratio_to_mean_alone"] = res["batched_ms"] / statistics.mean(res["alone_ms"])
+    res["attention_batched_ms"] = attn_ms["batch"][0]
+    res["attention_alone_ms"] = [attn_ms[f"alone{j}"][0] for j in range(len(prompts))]
+    res["attention_ratio"] = res["attention_batched_ms"] / statistics.mean(res["attention_alone_ms"])
     log(res)
     return res
 
@@ -152,8 +179,9 @@ def markdown(rows: list, batch: dict | None, meta: dict) -> str:
     ctxs = sorted({r["context"] for r in rows})
     out = [f"# DeepSeek-V4 decode time against context", "",
            f"Machine: {meta['machine']}; dtype {meta['dtype']}; date {meta['date']}; command `{meta['command']}`.",
-           "One decode step of one attention layer (median of the timed steps), ms; the last column is the largest",
-           "context over the smallest. Dense: the same projections with MLX's fused attention over every latent.", "",
+           f"One decode step of one attention layer, ms: median of {meta['steps']} steps (mean in the JSON), every configuration of a",
+           "layer timed in turn, step by step; the last column is the largest context over the smallest. A CSA layer closes an",
+           "entry every 4th step. Dense: the same projections, attention over every latent (one shared key head, BLAS products).", "",
            "| size | layer | entries | " + " | ".join(f"{c // 1024}K" for c in ctxs) + f" | {ctxs[-1] // 1024}K / {ctxs[0] // 1024}K |",
            "|" + "---|" * (4 + len(ctxs))]
     keys = []
@@ -167,7 +195,9 @@ def markdown(rows: list, batch: dict | None, meta: dict) -> str:
         out += ["", f"BatchGenerator, {len(batch['lengths'])} requests of {batch['lengths']} tokens, {batch['new_tokens']} new tokens each "
                 "(random mid-size model: hidden 512, 8 heads x 128, one CSA / HCA / window layer):",
                 f"median decode step {batch['batched_ms']:.2f} ms batched; alone {', '.join(f'{a:.2f}' for a in batch['alone_ms'])} ms "
-                f"({batch['ratio_to_mean_alone']:.2f}x the mean alone); tokens equal to each request alone: {batch['equal']}"]
+                f"({batch['ratio_to_mean_alone']:.2f}x the mean alone); tokens equal to each request alone: {batch['equal']}.",
+                f"The model's three attention layers alone (one decode step, same caches): batched {batch['attention_batched_ms']:.2f} ms, "
+                f"alone {', '.join(f'{a:.2f}' for a in batch['attention_alone_ms'])} ms ({batch['attention_ratio']:.2f}x the mean alone)."]
     return "\n".join(out) + "\n"
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""CSA and HCA attention of DeepSeek-V4 (sliding window, learned compressors, Lightning Indexer, sinks, inverse RoPE, grouped output projection) and the `SparseKVCache` that owns all of its state
+"""CSA and HCA attention of DeepSeek-V4 (sliding window, learned compressors, Lightning Indexer, sinks, inverse RoPE, grouped output projection), reading only the entries each query selects from its cache
 
 Docs: https://mlx-kvq.github.io/mlx_kvq/dsv4_csa.html.md"""
 
@@ -241,9 +241,10 @@ class Indexer(nn.Module):
         self.weights_proj = nn.Linear(args.hidden_size, self.n_heads, bias=False)
         self.compressor = Compressor(args.hidden_size, self.head_dim, ratio, args.rms_norm_eps)
 
-    def scores(self, x, qr, positions: np.ndarray, store: EntryStore, n: int, inv_freq):
+    def scores(self, x, qr, positions: np.ndarray, store: EntryStore, n: int, inv_freq, block: Optional[int] = None):
         """Index score (B, L, n) of the first `n` keys of `store` for every query at `positions` (B, L), -inf where
-        not yet visible. Keys are read in blocks as stored: a codec's parts are scored packed (`codec.scores`)."""
+        not yet visible. Keys are read in blocks (`block` keys, default ~16M scores) as stored: a codec's parts are scored
+        packed (`codec.scores`), never decoded into a copy of the store."""
         B, L, _ = x.shape
         H, d = self.n_heads, self.head_dim
         q = apply_rope(self.wq_b(qr).reshape(B, L, H, d), inv_freq, positions).astype(mx.float32)
@@ -251,7 +252,7 @@ class Indexer(nn.Module):
         w = (self.weights_proj(x).astype(mx.float32) * (d * H) ** -0.5)[..., None]    # (B, L, H, 1)
         codec = store.codec
         if codec is not None: q = codec.prepare_queries(q)
-        out, step = [], _key_block(L, H)
+        out, step = [], block or _key_block(L, H)
         for a in range(0, n, step):
             part = tuple(p[..., a : min(n, a + step), :] for p in store.parts)
             dots = (q @ part[0][:, :, None].astype(mx.float32).swapaxes(-1, -2)) if codec is None else codec.scores(q, part)
