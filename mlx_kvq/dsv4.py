@@ -13,6 +13,7 @@ from typing import Any, Optional
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.base import BaseModelArgs
 from .qcache import Codec
 from .dsv4_cache import Chunk, EntryStore, SparseKVCache, BatchSparseKVCache, take_rows, _fresh_codec
@@ -376,7 +377,6 @@ class Attention(nn.Module):
 # %% ../nbs/07_dsv4_csa.ipynb #15351c7f
 def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
     "Give every floating parameter of `module` a random value (matrices ~ N(0, 1/fan_in), vectors ~ 1 + N(0, 0.3^2))."
-    from mlx.utils import tree_flatten, tree_unflatten
     mx.random.seed(seed)
     new = []
     for k, v in tree_flatten(module.parameters()):
