@@ -129,7 +129,7 @@ class EntryStore:
     def select(self, rows: list, n: int) -> "EntryStore":
         "A store of requests `rows` of this one (in that order), `n` rows in use."
         s = copy.copy(self)
-        s.parts = None if self.parts is None else tuple(p[mx.array(rows)] for p in self.parts)
+        s.parts = None if self.parts is None else tuple(p[mx.array(np.asarray(rows, np.int32))] for p in self.parts)
         s.n = 0 if s.parts is None else min(n, s.capacity)
         return s
 
@@ -501,6 +501,7 @@ class BatchSparseKVCache(SparseKVCache):
         rows, fmt = v
         if int(fmt) > _FORMAT:
             raise ValueError(f"BatchSparseKVCache state format {fmt} is newer than this mlx_kvq ({_FORMAT}); upgrade mlx_kvq")
+        if not rows: raise ValueError("a BatchSparseKVCache state needs at least one request")
         self.__dict__.update(_join([SparseKVCache.from_state(s) for s in rows], type(self)).__dict__)
         self._skip, self._valid = [0] * len(self.offsets), [None] * len(self.offsets)
 
