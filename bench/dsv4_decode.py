@@ -21,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_kvq.dsv4 import ModelArgs, Attention, apply_rope, randomize
 from mlx_kvq.dsv4_model import Model
-from mlx_kvq.turboquant import TurboCodec
+from mlx_kvq.turbo_codec import TurboCodec
 
 SIZES = {
     "small": dict(hidden_size=1024, num_attention_heads=8, head_dim=128, qk_rope_head_dim=64, q_lora_rank=512,

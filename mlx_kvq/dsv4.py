@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.base import BaseModelArgs
-from .qcache import Codec
+from .codecs import Codec
 from .dsv4_cache import Chunk, EntryStore, SparseKVCache, BatchSparseKVCache, take_rows, _fresh_codec
 
 # %% auto #0

@@ -14,7 +14,8 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models import cache as mlx_cache
-from .qcache import Codec, register_cache_class
+from .codecs import Codec
+from .qcache import register_cache_class
 
 # %% ../nbs/07_dsv4_cache.ipynb #2c3b47c9
 def _codec_json(codec: Optional[Codec]) -> str:
