@@ -19,7 +19,9 @@ import argparse, datetime, json, os, platform, statistics, sys, time
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.generate import BatchGenerator
 from mlx_kvq.dsv4 import ModelArgs, Attention, apply_rope, randomize
+from mlx_kvq.dsv4_cache import BatchSparseKVCache
 from mlx_kvq.dsv4_model import Model
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -128,7 +130,6 @@ def batch_table(lengths=(300, 700, 1100, 1500), new_tokens: int = 16, log=print)
     """BatchGenerator over requests of different lengths: median decode step (a `next_generated` call where every request
     gets a token) with all of them, against each alone (the same generator with one request), the generators stepped
     in turn; the tokens of the batch against each request alone."""
-    from mlx_lm.generate import BatchGenerator
     args = ModelArgs(vocab_size=256, hidden_size=512, moe_intermediate_size=256, num_hidden_layers=3, num_attention_heads=8,
                      head_dim=128, qk_rope_head_dim=32, q_lora_rank=256, o_groups=4, o_lora_rank=128, compress_ratios=[4, 128, 0],
                      index_n_heads=4, index_head_dim=64, index_topk=64, n_routed_experts=8, num_experts_per_tok=2,
@@ -147,7 +148,6 @@ def batch_table(lengths=(300, 700, 1100, 1500), new_tokens: int = 16, log=print)
         if decoding and all(r.finish_reason is None for r in responses): g["steps"].append(dt)
         for r in responses: g["got"][r.uid].append(r.token)
         return True
-    from mlx_kvq.dsv4_cache import BatchSparseKVCache
     caches = []                                                      # attention alone: the model's 3 layers, batch vs alone
     for p_ in prompts:
         c = model.make_cache(); mx.eval(model(mx.array([p_]), cache=c)); caches.append(c)
