@@ -13,7 +13,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache
 
-from .integrate import make_prompt_cache, parse_scheme, probe_kv_shapes
+from .integrate import make_prompt_cache, parse_scheme, probe_kv_shapes, bits_per_value
 from .dispatch import scaled_dot_product_attention
 from .models import load
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
@@ -120,6 +120,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
                 err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in ref))
             if scheme == "fp16": fp16_ms, fp16_bytes = ms, nbytes
             rows.append(dict(context=context, scheme=name, ms=ms, nbytes=nbytes, bytes_per_token=nbytes / context,
+                             bits_per_value=bits_per_value(one, subject, shapes),
                              rel_error=err, ms_vs_fp16=None if fp16_ms is None else ms / fp16_ms,
                              smaller_than_fp16=None if fp16_bytes is None else fp16_bytes / nbytes, copies=copies,
                              layers=len(layers)))
@@ -132,11 +133,12 @@ def _fmt(v, spec, none="-"): return none if v is None else format(v, spec)
 
 def bench_table(rows) -> str:
     "The bench rows as a markdown table."
-    out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | rel. error vs fp16 |",
-           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | bits / value | rel. error vs fp16 |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x | "
                    f"{r['nbytes'] / 2**20:.2f} | {_fmt(r['smaller_than_fp16'], '.2f')}x | {r['bytes_per_token']:,.0f} | "
+                   f"{_fmt(r.get('bits_per_value'), '.2f')} | "
                    f"{_fmt(r['rel_error'], '.2e')} |")
     return "\n".join(out)
 

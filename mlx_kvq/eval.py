@@ -18,13 +18,14 @@ from mlx_lm.models import cache as mlc
 from tqdm import tqdm
 
 from . import integrate
+from .integrate import kv_bytes, bits_per_value, values_held, tokens_held, probe_kv_shapes
 from .models import load, pydoc_text
 
 # %% auto #0
 __all__ = ['MLX_LM_BITS', 'MLX_LM_GROUP_SIZES', 'REFERENCE', 'SUMMARY_COLUMNS', 'COLUMNS', 'PASSKEY_INTRO', 'PASSKEY_NEEDLE',
            'PASSKEY_QUESTION', 'DEFAULT_SCHEMES', 'EVAL_HELP', 'EVAL_DESCRIPTION', 'Scheme', 'mlx_lm_scheme',
-           'resolve_scheme', 'log_softmax', 'score_positions', 'kv_bytes', 'holds_all_tokens', 'values_per_token',
-           'bits_per_value', 'context_limit', 'as_token_ids', 'check_contexts', 'probe_scheme', 'chunk_bounds',
+           'resolve_scheme', 'log_softmax', 'score_positions', 'holds_all_tokens', 'values_per_token',
+           'bits_full_layers', 'context_limit', 'as_token_ids', 'check_contexts', 'probe_scheme', 'chunk_bounds',
            'ForcedRun', 'teacher_force', 'measure_speed', 'machine_info', 'EvalReport', 'evaluate', 'passkey_prompt',
            'greedy_continue', 'passkey_answer', 'passkey_eval', 'passkey_table', 'plot_kl_vs_bits', 'plot_memory',
            'eval_parser', 'eval_command', 'eval_main']
@@ -83,10 +84,6 @@ def score_positions(ref_logits:mx.array, logits:mx.array, targets:mx.array):
     return np.array(kl), np.array(nll), np.array(agree)
 
 # %% ../nbs/10_eval.ipynb #cc803d10
-def kv_bytes(caches) -> int:
-    "Bytes the caches keep alive (sum of `nbytes`)."
-    return int(sum(c.nbytes for c in caches))
-
 def holds_all_tokens(c) -> bool:
     "Whether a layer's cache keeps every token so far (False for sliding-window caches past their window)."
     size = c.size() if hasattr(c, 'size') else 0
@@ -105,8 +102,8 @@ def values_per_token(model) -> list:
         out.append(k.shape[1] * (k.shape[-1] + v.shape[-1]) if ok else None)
     return out
 
-def bits_per_value(layer_nbytes:Sequence[int], full:Sequence[bool], vpt:Sequence, tokens:int) -> float:
-    "Stored bits per KV element over the layers that hold every token (see the formula above)."
+def bits_full_layers(layer_nbytes:Sequence[int], full:Sequence[bool], vpt:Sequence, tokens:int) -> float:
+    "Stored bits per KV element over the layers that hold every token only (a per-layer-kind figure; the tables' `bits_per_value` is `integrate.bits_per_value`)."
     num = sum(b for b, f, v in zip(layer_nbytes, full, vpt) if f and v)
     den = sum(v for f, v in zip(full, vpt) if f and v) * tokens
     return 8 * num / den if den else float('nan')
@@ -173,6 +170,7 @@ class ForcedRun:
     bounds: list         # chunk end positions
     layer_nbytes: dict   # name -> [per chunk end: [bytes per layer]]
     full: dict           # name -> [per chunk end: [holds every token, per layer]]
+    values: dict = None  # name -> [per chunk end: KV values the caches hold (integrate.values_held)]
 
 REFERENCE = 'reference'
 
@@ -186,7 +184,8 @@ def teacher_force(model, tokens, schemes:Sequence[Scheme], *, chunk:int=256, con
     caches = [s.make_cache(model) for s in run_schemes]
     kl = {k: np.zeros(n - 1, np.float32) for k in names}; nll = {k: np.zeros(n - 1, np.float32) for k in names}
     agree = {k: np.zeros(n - 1, bool) for k in names}
-    layer_nbytes = {k: [] for k in names}; full = {k: [] for k in names}
+    layer_nbytes = {k: [] for k in names}; full = {k: [] for k in names}; values = {k: [] for k in names}
+    shapes = probe_kv_shapes(model)
     bounds = chunk_bounds(n, chunk, contexts); start = 0
     bar = tqdm(total=n * len(names), desc='teacher forcing', unit='tok', disable=not progress)
     for end in bounds:
@@ -204,10 +203,11 @@ def teacher_force(model, tokens, schemes:Sequence[Scheme], *, chunk:int=256, con
             else: mx.eval([cc.state for cc in c])
             layer_nbytes[k].append([int(cc.nbytes) for cc in c])
             full[k].append([holds_all_tokens(cc) for cc in c])
+            values[k].append(values_held(c, model, shapes))
             bar.update(end - start)
         start = end
     bar.close()
-    return ForcedRun(names, kl, nll, agree, bounds, layer_nbytes, full)
+    return ForcedRun(names, kl, nll, agree, bounds, layer_nbytes, full, values)
 
 # %% ../nbs/10_eval.ipynb #72550f65
 def measure_speed(model, tokens, scheme:Scheme, *, contexts=None, chunk:int=256, n_decode:int=8) -> dict:
@@ -252,7 +252,7 @@ def machine_info() -> dict:
 
 SUMMARY_COLUMNS = ('scheme', 'context', 'bits_per_value', 'kv_bytes_per_token', 'kl_mean', 'kl_p99', 'top1', 'ppl', 'ppl_delta')
 COLUMNS = ('scheme', 'context', 'scored', 'ppl', 'ppl_delta', 'kl_mean', 'kl_median', 'kl_p99', 'top1',
-           'kv_bytes', 'kv_bytes_per_token', 'bits_per_value', 'peak_mb', 'peak_extra_mb', 'prefill_tps', 'decode_tps')
+           'kv_bytes', 'kv_bytes_per_token', 'bits_per_value', 'bits_full_layers', 'peak_mb', 'peak_extra_mb', 'prefill_tps', 'decode_tps')
 
 def _row(run:ForcedRun, name:str, ctx:int, score_from:int, vpt) -> dict:
     s = slice(score_from, ctx - 1)
@@ -265,7 +265,8 @@ def _row(run:ForcedRun, name:str, ctx:int, score_from:int, vpt) -> dict:
                 kl_mean=float(kl.astype(np.float64).mean()), kl_median=float(np.median(kl)),
                 kl_p99=float(np.percentile(kl, 99)), top1=float(agree.mean()),
                 kv_bytes=int(sum(lb)), kv_bytes_per_token=sum(lb) / ctx,
-                bits_per_value=bits_per_value(lb, run.full[name][i], vpt, ctx))
+                bits_per_value=8 * sum(lb) / run.values[name][i] if run.values[name][i] else float('nan'),
+                bits_full_layers=bits_full_layers(lb, run.full[name][i], vpt, ctx))
 
 # %% ../nbs/10_eval.ipynb #8f85c937
 @dataclass
@@ -283,7 +284,7 @@ class EvalReport:
             if v is None or (isinstance(v, float) and math.isnan(v)): return '-'
             if c in ('kl_mean', 'kl_median', 'kl_p99'): return f"{v:.5f}" if v < 10 else f"{v:.2f}"
             if c == 'ppl_delta': return f"{v:+.3f}"
-            if c in ('ppl', 'top1', 'bits_per_value'): return f"{v:.3f}" if c != 'bits_per_value' else f"{v:.2f}"
+            if c in ('ppl', 'top1', 'bits_per_value', 'bits_full_layers'): return f"{v:.3f}" if c in ('ppl', 'top1') else f"{v:.2f}"
             if c == 'kv_bytes_per_token': return f"{v:.0f}"
             if c in ('peak_mb', 'peak_extra_mb', 'prefill_tps', 'decode_tps'): return f"{v:.1f}"
             return str(v)

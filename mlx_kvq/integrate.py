@@ -23,7 +23,7 @@ from .turboquant import TurboQuantKVCache
 from .kvsplit import rotating_twin
 from .mla_guard import (guarded_prompt_cache, cache_kind, parse_mla_scheme, convert_mla_cache, mla_info,
                                _is_marker)
-from .dsv4 import SparseKVCache
+from .dsv4_cache import SparseKVCache
 from . import dispatch
 from .dispatch import install, uninstall, installed, scaled_dot_product_attention, check_mlx_lm_version
 from .schemes import (KVScheme, CodecPair, SCHEME_FAMILIES, parse_scheme, side_codec, codec_side, cache_scheme,
@@ -220,9 +220,13 @@ def tokens_held(cache) -> int:
     return 0 if k is None else min(n, int(k.shape[2]))
 
 def _sparse_values(c, model) -> int:
-    "DeepSeek-V4 layer: window rows and compressed entries (head_dim each) and index keys (index_head_dim)"
-    a = model.args
-    return a.head_dim * (min(c.offset, c.window) + c.entries.n) + a.index_head_dim * c.index_entries.n
+    """DeepSeek-V4 layer, per request: window rows and compressed entries (head_dim each) and, on CSA layers (ratio 4,
+    the ones with an indexer), index keys (index_head_dim)"""
+    a, tot = model.args, 0
+    for off in ([] if c.offsets is None else [int(o) for o in c.offsets]):
+        tot += a.head_dim * (min(off, c.window) + (off // c.ratio if c.ratio else 0))
+        if c.ratio == 4: tot += a.index_head_dim * (off // 4)
+    return tot
 
 def values_held(caches, model, shapes=None) -> int:
     """KV values (elements) the caches hold now: per leaf, tokens held x KV heads x (key dim + value dim) at the

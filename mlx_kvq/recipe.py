@@ -22,7 +22,7 @@ from .planned import PlannedKVCache, planned_layer_cache
 from .kvsplit import to_quantized_rotating
 from .dispatch import install
 from .schemes import register_scheme_family
-from .integrate import cache_report, log, _check_int
+from .integrate import cache_report, log, _check_int, bits_per_value, kv_bytes
 from .models import pydoc_text, cache_dir, embedded_tokenizer
 from .eval import passkey_prompt, greedy_continue, passkey_answer, _encode
 
@@ -243,8 +243,7 @@ def score_caches(model, ref: Reference, caches, *, store=None, name=None) -> dic
     vpt = _values_per_token(model)
     full = [(c.nbytes, v) for c, v in zip(caches, vpt) if v and _holds_all(c)]
     bpv = 8 * sum(b for b, _ in full) / (n * sum(v for _, v in full)) if full else float('nan')
-    kv = [(c.nbytes, v * _stored(c, n)) for c, v in zip(caches, vpt) if v]
-    bits_all = 8 * sum(b for b, _ in kv) / sum(v for _, v in kv)
+    bits_all = bits_per_value(caches, model)        # the package's one definition: every byte over every value held
     out = dict(kl=np.concatenate(kl), nll=np.concatenate(nll), agree=np.concatenate(agree), bits_per_value=bpv,
                bits_all=bits_all, kv_bytes=int(sum(c.nbytes for c in caches)), name=name, key=key)
     if f is not None:

@@ -4,7 +4,7 @@ import mlx.core as mx
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mlx_kvq.eval import score_positions, chunk_bounds, check_contexts, bits_per_value, passkey_answer
+from mlx_kvq.eval import score_positions, chunk_bounds, check_contexts, bits_full_layers, passkey_answer
 
 
 def _lsm(x):
@@ -42,8 +42,8 @@ def test_check_contexts_errors_name_the_fix():
         with pytest.raises(ValueError, match=msg): check_contexts(*args)
 
 
-def test_bits_per_value_counts_only_full_layers():
+def test_bits_full_layers_counts_only_full_layers():
     # two layers of 256 values/token; the windowed one is left out of the ratio
-    assert bits_per_value([1000 * 256, 999], [True, False], [256, 256], 1000) == 8.0
-    assert np.isnan(bits_per_value([1, 1], [False, False], [256, 256], 10))
+    assert bits_full_layers([1000 * 256, 999], [True, False], [256, 256], 1000) == 8.0
+    assert np.isnan(bits_full_layers([1, 1], [False, False], [256, 256], 10))
     assert passkey_answer(' 0123 then 5') == 123
