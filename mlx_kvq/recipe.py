@@ -30,8 +30,7 @@ from .eval import passkey_prompt, greedy_continue, passkey_answer, _encode
 __all__ = ['RECIPE_VERSION', 'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
            'calibrated_codec', 'side_error', 'Reference', 'reference', 'caches_key', 'score_caches', 'summarize',
            'kv_layers', 'plan_of', 'probe', 'candidate_codecs', 'Plan', 'calibration_text', 'docstring_text',
-           'text_tokens', 'default_store', 'plan', 'make_planned_cache', 'parse_auto', 'auto_prompt_cache',
-           'AutoScheme']
+           'text_tokens', 'default_store', 'plan', 'make_planned_cache']
 
 # %% ../nbs/12_recipe.ipynb #451f54fb
 def ensure_dispatch():
@@ -493,59 +492,3 @@ def make_planned_cache(model, plan: Plan) -> list:
                                         sink=plan.sink, window=plan.window, plan=carry, layer=l)
         if carry: js = None        # the first full-attention layer carries the plan; the codecs are in every layer's state
     return caches
-
-# %% ../nbs/12_recipe.ipynb #c7bb6396
-_PLANS = {}
-
-def parse_auto(kv) -> float:
-    "The budget of an `auto:B` scheme string (bits per stored value), or a ValueError naming the grammar"
-    if not isinstance(kv, str) or not kv.startswith('auto:'):
-        raise ValueError(f"not an auto scheme: {kv!r}; write auto:B with B the bits per value, e.g. auto:5")
-    try: b = float(kv[5:])
-    except ValueError: raise ValueError(f"bad auto scheme {kv!r}: B must be a number of bits per value, e.g. auto:5 or auto:4.5") from None
-    if not 1 <= b <= 16: raise ValueError(f"auto:B needs 1 <= B <= 16 bits per value, got {kv!r}")
-    return b
-
-def auto_prompt_cache(model, kv='auto:5', **plan_kwargs) -> list:
-    "Caches for `kv='auto:B'`: `make_planned_cache(model, plan(model, B, **plan_kwargs))`, the plan memoized per model and budget"
-    b = parse_auto(kv)
-    key = (id(model), b, json.dumps({k: v for k, v in plan_kwargs.items() if isinstance(v, (int, float, str, bool, type(None)))}, sort_keys=True))
-    if key not in _PLANS: _PLANS[key] = plan(model, b, **plan_kwargs)
-    return make_planned_cache(model, _PLANS[key])
-
-@dataclass(frozen=True)
-class AutoScheme:
-    "`auto:B`: mlx_kvq's planner (`mlx_kvq.recipe`) picks each layer's key and value codecs within B stored bits per value"
-    budget: float
-    def __post_init__(self):
-        if not 1 <= self.budget <= 16: raise ValueError(f"auto budget must be 1-16 bits per value, got {self.budget:g}")
-    family = 'auto'
-    is_fp16 = False
-    is_turbo = False
-    def __str__(self): return f"auto:{self.budget:g}"
-
-def _parse_auto_scheme(t: str) -> AutoScheme:
-    m = re.fullmatch(r'auto:(\d+(?:\.\d+)?)', t)
-    if not m: raise ValueError(f"bad auto scheme {t!r}: write auto:B with B the bits per value, e.g. auto:5 or auto:4.5")
-    return AutoScheme(float(m.group(1)))
-
-def _auto_prompt_cache_family(model, scheme, *, fp16_layers, window, sink, max_kv_size, quantized_kv_start, mla_kv,
-                              return_report, tokenizer, calib_tokens, **_ignored):
-    "`kv='auto:B'`: plan on calibration text (`mlx_kvq.recipe.plan`) and build the planned caches"
-    for nm, v, default in (('fp16_layers', fp16_layers, 0), ('max_kv_size', max_kv_size, None),
-                           ('quantized_kv_start', quantized_kv_start, 0), ('mla_kv', mla_kv, None)):
-        if v != default:
-            raise ValueError(f"{nm} does not combine with kv={scheme}: the planner chooses every layer itself "
-                             "(drop it, or use a fixed scheme such as turbo:4)")
-    _check_int('window', window); _check_int('sink', sink)
-    install()
-    # the plan is made once per model and budget (`recipe.auto_prompt_cache` memoizes it): a server asks for
-    # fresh caches on every request
-    caches = auto_prompt_cache(model, str(scheme), calib_tokens=calib_tokens, tokenizer=tokenizer, sink=sink, window=window)
-    report = cache_report(caches, model)
-    report.scheme = str(scheme)
-    log.info(report.summary())
-    return (caches, report) if return_report else caches
-
-register_scheme_family('auto', _parse_auto_scheme, _auto_prompt_cache_family,
-                       'auto:B (planned per layer within B bits per value, B in 1-16, e.g. auto:4)')
