@@ -63,6 +63,7 @@ def main():
     H_LOCAL, HEAD_DIM = cfg['num_key_value_heads'] // g.size(), cfg['head_dim']
     rows = []
     for kv in a.kv:
+        mx.reset_peak_memory()
         caches, rep = D.make_prompt_cache(model, kv, return_report=True, group=g)
         fill(caches, context, dtype)
         y = mx.array([[1]])
@@ -87,7 +88,7 @@ def main():
                 f"{g.size()} processes, caches filled to {context} tokens, batch 1, {a.decode} decode steps after {a.warmup}; "
                 f"device {mx.default_device()}, {platform.node()}, MLX {mx.__version__}, mlx_kvq {mlx_kvq.__version__}, "
                 f"{time.strftime('%Y-%m-%d', time.gmtime())}")
-        md = [head, '', '| kv | decode tokens/s | KV bytes per GPU (rank 0) | KV bytes all GPUs | bytes/token per GPU | peak memory rank 0 (GB) |',
+        md = [head, '', '| kv | decode tokens/s | KV bytes per GPU (rank 0) | KV bytes all GPUs | bytes/token per GPU | peak memory rank 0 (GB, weights included) |',
               '| --- | --- | --- | --- | --- | --- |']
         md += [f"| {r['kv']} | {r['tokens_per_s']:.2f} | {r['kv_bytes_rank'][0]:,} | {r['kv_bytes_total']:,} | "
                f"{r['bytes_per_token_rank']} | {r['peak_memory_gb']:.2f} |" for r in rows]
