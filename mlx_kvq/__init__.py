@@ -26,6 +26,7 @@ from .integrate import make_prompt_cache, cache_report, CacheReport, save_prompt
 from .models import load
 from . import auto, cli, bench   # noqa: F401  (register the auto:B scheme family and the subcommands)
 from . import dsv4_model   # noqa: F401  (answers mlx_lm.models.deepseek_v4 for mlx_lm.load)
+from . import distributed           # noqa: F401  (reports on a split model name the rank: integrate.register_scope_hook)
 
 try: install()
 except RuntimeError as _e:  # an untested mlx-lm: make_prompt_cache / install() raise the same message

@@ -25,6 +25,7 @@ from .integrate import make_prompt_cache, cache_report
 from .schemes import parse_scheme, valid_schemes
 from .models import load, cache_dir, embedded_model_path
 from .tiny import write_word_tokenizer
+from . import distributed
 
 # %% auto #0
 __all__ = ['OPENBLAS', 'COMMANDS', 'TINY_WORDS', 'openblas_env', 'reexec_with_openblas', 'CliError', 'Command',
@@ -122,6 +123,9 @@ def _generate_arguments(p: argparse.ArgumentParser):
                    help="keep the first N tokens' cache exact and quantize from there on (default: %(default)s; "
                         "mlx-lm's default is 5000)")
     _cache_arguments(p)
+    p.add_argument("--pipeline", action="store_true",
+                   help="under mlx.launch: split the model by layers (pipeline parallel) instead of by heads (tensor "
+                        "parallel), as mlx-lm's commands do")
     p.add_argument("--max-tokens", "-n", type=_max_tokens, default=100, metavar="N",
                    help="tokens to generate; -1: until end of sequence (default: %(default)s)")
     p.add_argument("--temp", type=float, default=0.0, metavar="T", help="sampling temperature; 0 is greedy (default: %(default)s)")
@@ -170,22 +174,28 @@ def run_generate(args) -> int:
     scheme = cache_options(args)["kv"]  # before anything heavy: a bad scheme is an instant error
     prompt = _read_prompt(args.prompt)
     mx.reset_peak_memory()  # the peak reported below is this command's (weights included)
-    model, tokenizer = load(args.model, dtype=getattr(mx, args.dtype))
+    group = mx.distributed.init()   # under mlx.launch: the model split over the ranks, rank 0 prints
+    if group.size() > 1:
+        model, tokenizer = distributed.sharded_load(args.model, pipeline=args.pipeline, dtype=getattr(mx, args.dtype), group=group)
+        distributed.quiet_other_ranks(group)
+    else: model, tokenizer = load(args.model, dtype=getattr(mx, args.dtype))
     if not args.ignore_chat_template and getattr(tokenizer, "has_chat_template", False):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-    caches, report = make_prompt_cache(model, **cache_options(args), return_report=True, tokenizer=tokenizer)  # tokenizer: auto:B calibration
+    caches, report = distributed.make_prompt_cache(model, **cache_options(args), return_report=True, tokenizer=tokenizer)  # tokenizer: auto:B calibration
     if args.seed is not None: mx.random.seed(args.seed)
     sampler = make_sampler(args.temp, top_p=args.top_p)
     last = None
     for last in stream_generate(model, tokenizer, prompt, max_tokens=args.max_tokens, sampler=sampler, prompt_cache=caches):
         print(last.text, end="", flush=True)
     print()
+    total = distributed.total_nbytes(caches, group)   # a collective: every rank, before any returns
     if args.quiet or last is None: return 0
     offset = max((getattr(c, "offset", 0) for c in caches), default=0)
     print("=" * 10)
     print(f"Prefill: {last.prompt_tokens} tokens, {last.prompt_tps:.1f} tokens/s")
     print(f"Decode: {last.generation_tokens} tokens, {last.generation_tps:.1f} tokens/s")
-    print(f"KV cache: {cache_nbytes(caches):,} bytes (sum of the caches' nbytes) after {offset} tokens, kv={scheme}")
+    print(f"KV cache: {cache_nbytes(caches):,} bytes (sum of the caches' nbytes) after {offset} tokens, kv={scheme}"
+          + (f"; {total:,} bytes on all {group.size()} ranks" if group.size() > 1 else ""))
     print(f"Peak memory: {last.peak_memory:.3f} GB")
     print(report)
     return 0

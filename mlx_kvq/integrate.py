@@ -34,9 +34,9 @@ from .turbo_codec import TurboCodec, TURBO_BITS
 from .dispatch import TESTED_MLX_LM
 
 # %% auto #0
-__all__ = ['log', 'KVQ_FILE_FORMAT', 'LayerReport', 'CacheReport', 'probe_kv_shapes', 'cache_report', 'tokens_held',
-           'values_held', 'kv_bytes', 'bits_per_value', 'apply_mla_scheme', 'make_prompt_cache', 'file_scheme',
-           'save_prompt_cache', 'load_prompt_cache']
+__all__ = ['log', 'KVQ_FILE_FORMAT', 'ONE_PROCESS', 'LayerReport', 'register_scope_hook', 'report_scope', 'CacheReport',
+           'probe_kv_shapes', 'cache_report', 'tokens_held', 'values_held', 'kv_bytes', 'bits_per_value',
+           'apply_mla_scheme', 'make_prompt_cache', 'file_scheme', 'save_prompt_cache', 'load_prompt_cache']
 
 # %% ../nbs/08_mlx_lm.ipynb #c44b80e4
 log = logging.getLogger('mlx_kvq')
@@ -92,11 +92,22 @@ class LayerReport:
     bytes_after: Optional[int] = None
     values_per_token: Optional[float] = None   # key/value elements one token adds (heads x (k_dim + v_dim))
 
+_SCOPE_HOOKS = []
+
+def register_scope_hook(fn):
+    "Register `fn(model) -> str`: what part of a split model this process holds ('' if all); mlx_kvq.distributed registers one"
+    _SCOPE_HOOKS.append(fn); return fn
+
+def report_scope(model) -> str:
+    "What part of `model` this process holds, for the report ('' for a model in one process)"
+    return next((s for f in _SCOPE_HOOKS if (s := f(model))), '') if model is not None else ''
+
 @dataclass
 class CacheReport:
     "Per-layer report of `make_prompt_cache`: which layers got what, and bytes per token before and after"
     scheme: str
     layers: list = field(default_factory=list)
+    scope: str = ''            # e.g. 'rank 0 of 2, tensor parallel: ...' (a split model)
     @property
     def converted(self): return [l for l in self.layers if l.before != l.after]
     def _total(self, attr):
@@ -114,7 +125,7 @@ class CacheReport:
     def summary(self) -> str:
         "The one-line log message"
         n, c = len(self.layers), len(self.converted)
-        s = f"mlx_kvq: kv={self.scheme}: {c}/{n} cache layers converted"
+        s = f"mlx_kvq: kv={self.scheme}{f' [{self.scope}]' if self.scope else ''}: {c}/{n} cache layers converted"
         kept = {}
         for l in self.layers:
             if l.before == l.after: kept[l.note or l.kind] = kept.get(l.note or l.kind, 0) + 1
@@ -208,7 +219,7 @@ def cache_report(caches, model=None) -> CacheReport:
         kind = _kind(c, model) if model is not None else _kind(c, None)
         layers.append(LayerReport(_path(p), kind, before, type(c).__name__, '-' if s is None else str(s)))
     schemes = {l.scheme for l in layers if l.scheme not in ('-', 'fp16')}
-    rep = CacheReport('fp16' if not schemes else '+'.join(sorted(schemes)), layers)
+    rep = CacheReport('fp16' if not schemes else '+'.join(sorted(schemes)), layers, scope=report_scope(model))
     return _add_bytes(rep, caches, model) if model is not None else rep
 
 # %% ../nbs/08_mlx_lm.ipynb #eb629872
@@ -313,6 +324,9 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
     MLA latents through `mlx_kvq.mla_guard.apply_mla_scheme`; with `return_report`, `(caches, CacheReport)`"""
     scheme = parse_scheme(kv)
     fam = SCHEME_FAMILIES.get(getattr(scheme, 'family', None))
+    if fam is not None and report_scope(model):
+        raise ValueError(f"kv={scheme} on a split model ({report_scope(model)}) must be planned once for all ranks: "
+                         "use mlx_kvq.distributed.make_prompt_cache(model, kv=...) on every rank")
     if fam is not None:     # e.g. auto:B, registered by mlx_kvq.recipe
         return fam.build(model, scheme, fp16_layers=fp16_layers, window=window, sink=sink, max_kv_size=max_kv_size,
                          quantized_kv_start=quantized_kv_start, group_size=group_size, k_seed=k_seed, v_seed=v_seed,
@@ -362,7 +376,7 @@ def make_prompt_cache(model: nn.Module, kv='fp16', *, fp16_layers: int = 0, wind
         return new
 
     caches = [convert(c, (i,), i < fp16_layers or i >= n - fp16_layers) for i, c in enumerate(base)]
-    report = CacheReport(str(scheme), layers)
+    report = CacheReport(str(scheme), layers, scope=report_scope(model))
     if mla_kv is not None:
         caches = apply_mla_scheme(caches, mla_kv, report=report, model=model, group_size=group_size, window=window,
                                   quantized_kv_start=quantized_kv_start, seed=k_seed,
@@ -396,8 +410,11 @@ def _damaged(path, e):
     return ValueError(f"{path} is damaged or is not a prompt-cache file ({type(e).__name__}: {e}); "
                       "re-create it with save_prompt_cache")
 
-def load_prompt_cache(file_name, expect_scheme=None, return_metadata=False):
-    "mlx-lm's `load_prompt_cache`, checking the file format and (with `expect_scheme`) the scheme"
+ONE_PROCESS = dict(mlx_kvq_rank='0', mlx_kvq_world_size='1', mlx_kvq_parallel='none')
+
+def load_prompt_cache(file_name, expect_scheme=None, return_metadata=False, layout=None):
+    """mlx-lm's `load_prompt_cache`, checking the file format, (with `expect_scheme`) the scheme, and that the file was
+    saved by a process holding the same part of the model (`layout`: file metadata of mlx_kvq.distributed; default one process)"""
     path = os.fspath(file_name)
     expect = None if expect_scheme is None else parse_scheme(expect_scheme)
     if not os.path.isfile(path): raise FileNotFoundError(f"no prompt-cache file at {path}")
@@ -418,4 +435,12 @@ def load_prompt_cache(file_name, expect_scheme=None, return_metadata=False):
     if expect is not None and got != str(expect):
         raise ValueError(f"{path} holds a kv={got} prompt cache, not kv={expect}: load it with expect_scheme={got!r}, "
                          f"or build a new one with make_prompt_cache(model, kv={str(expect)!r}) and prefill again")
+    want = dict(ONE_PROCESS, **(layout or {}))
+    got_l = {k: meta.get(k, v) for k, v in ONE_PROCESS.items()}
+    if got_l != want:
+        held = lambda d: ('one process' if d['mlx_kvq_world_size'] == '1' else
+                          f"rank {d['mlx_kvq_rank']} of {d['mlx_kvq_world_size']} ({d['mlx_kvq_parallel']} parallel)")
+        raise ValueError(f"{path} holds the prompt cache of {held(got_l)}, and this process is {held(want)}: load it with "
+                         f"the split it was saved with (mlx.launch -n {got_l['mlx_kvq_world_size']}, "
+                         "mlx_kvq.distributed.load_prompt_cache), or build a new cache and prefill again")
     return (caches, meta) if return_metadata else caches

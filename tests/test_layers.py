@@ -15,8 +15,8 @@ LAYERS = {
     1: "codebook rotation packing",                                              # math
     2: "codecs turbo_codec calibrated attention",                                # codecs and attention over their parts
     3: "contract qcache turboquant kvsplit batch planned mla_guard dsv4 dsv4_cache dsv4_attention dsv4_model",  # caches
-    4: "schemes dispatch integrate distributed",                                 # schemes and policy
-    5: "models eval recipe auto pareto tiny cli bench serve bench_serve __main__",                # tools
+    4: "schemes dispatch integrate",                                             # schemes and policy
+    5: "models eval recipe auto pareto tiny distributed cli bench serve bench_serve __main__",   # tools (distributed imports recipe)
 }
 LAYER = {m: k for k, names in LAYERS.items() for m in names.split()}
 SKIP = {"__init__", "_modidx"}      # the package's front door (imports everything) and nbdev's index
