@@ -12,13 +12,14 @@ import pytest
 from mlx_lm.generate import BatchGenerator, generate_step
 
 import mlx_kvq  # noqa: F401  (installs the attention dispatch)
-from mlx_kvq.qcache import AffineCodec, CodecKVCache
-from mlx_kvq.turboquant import TurboCodec
-from mlx_kvq.recipe import HalfCodec, CalibratedTurboCodec
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.calibrated import HalfCodec, CalibratedTurboCodec
+from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.kvsplit import QuantizedRotatingKVCache
 from mlx_kvq.batch import BatchQuantizedKVCache, BatchQuantizedRotatingKVCache
 from mlx_kvq.integrate import make_prompt_cache
-from mlx_kvq.mla_guard import tiny_model
+from mlx_kvq.tiny import tiny_model
 
 
 def _slow(request):
