@@ -18,10 +18,21 @@ from .kvsplit import Parts, _cat, _zeros_like_tokens, _grow_ring, _parts_from_st
 __all__ = ['BatchQuantizedKVCache', 'BatchQuantizedRotatingKVCache', 'merge_caches']
 
 # %% ../nbs/05_batch.ipynb #95dcd031
+def _fixed_config(codec, dim):
+    "`codec.config()` with an unset head dim (a fresh turbo codec has not seen a vector yet) read as `dim`"
+    cfg = codec.config()
+    return {**cfg, 'dim': dim} if 'dim' in cfg and cfg['dim'] is None else cfg
+
 def _check_codecs(caches, what):
-    kc, vc = caches[0].k_codec, caches[0].v_codec
-    for c in caches[1:]:
-        if c.k_codec != kc or c.v_codec != vc:
+    "The (key, value) codecs `caches` share: equal configs, where a fresh codec matches the same codec that fixed its head dim"
+    shared = []
+    for side in ('k_codec', 'v_codec'):
+        codecs = [getattr(c, side) for c in caches]
+        shared.append(next((x for x in codecs if x.config().get('dim') is not None), codecs[0]))
+    kc, vc = shared
+    for c in caches:
+        if _fixed_config(c.k_codec, kc.config().get('dim')) != kc.config() or \
+           _fixed_config(c.v_codec, vc.config().get('dim')) != vc.config():
             raise ValueError(f"cannot {what} caches of different schemes: {kc}/{vc} vs {c.k_codec}/{c.v_codec}; "
                              "batch requests that use the same kv scheme")
     return kc, vc
@@ -147,11 +158,12 @@ def _join_aligned(self, other):
     self._idx = max_idx
 
 def _bq_extend(self, other):
-    _check_codecs([self, other], "extend")
+    codecs = _check_codecs([self, other], "extend")
+    if self.keys is not None and other.keys is not None: _check_shapes([self.keys, other.keys], "extend")
+    self.k_codec, self.v_codec = codecs     # the codecs that know the head dim
     if self.keys is None and other.keys is None:
         self.left_padding = mx.concatenate([self.left_padding, other.left_padding])
         self.offset = mx.concatenate([self.offset, other.offset]); return
-    _check_shapes([self.keys, other.keys], "extend")
     _join_aligned(self, other)
 
 BatchQuantizedKVCache.extend = _bq_extend
@@ -306,12 +318,13 @@ def _bqr_extract(self, idx):
     return c
 
 def _bqr_extend(self, other):
-    _check_codecs([self, other], "extend")
+    codecs = _check_codecs([self, other], "extend")
     if self.max_size != other.max_size: raise ValueError("can only extend rotating batches with the same max_size")
+    if self.keys is not None and other.keys is not None: _check_shapes([self.keys, other.keys], "extend")
+    self.k_codec, self.v_codec = codecs     # the codecs that know the head dim
     if self.keys is None and other.keys is None:
         self.left_padding = mx.concatenate([self.left_padding, other.left_padding])
         self.offset = mx.concatenate([self.offset, other.offset]); return
-    _check_shapes([self.keys, other.keys], "extend")
     if self.rotated != other.rotated or self._idx != other._idx:
         self._temporal_order(); other._temporal_order()
     _join_aligned(self, other)
