@@ -363,7 +363,7 @@ def _remember(cache, dims):
     return dims
 
 # %% ../nbs/02b_contract.ipynb #28ca8c85
-def check_sparse_state(cache, v, version):
+def check_sparse_state(cache, v, version, codec_from_json=None):
     "Raise `CacheContractError` unless `v` is a well-formed `SparseKVCache` state of a format this code reads"
     cls = _name(cache)
     if not isinstance(v, (list, tuple)) or not v: _bad(cls, f"state is a {type(v).__name__}, not the 11/13-entry list")
@@ -398,6 +398,13 @@ def check_sparse_state(cache, v, version):
                 _bad(cls, f"{nm} stored by a codec must be a list of 4-d arrays")
             if len({(p.shape[0], p.shape[2]) for p in e}) != 1: _bad(cls, f"{nm} parts disagree on batch or count {[tuple(p.shape) for p in e]}")
             for i, p in enumerate(e): _finite(cls, f"{nm} part {i}", p)
+            if codec_from_json is not None:          # the parts are what the codec stores, for the ring's head dim
+                try: codec = codec_from_json(cj)
+                except (TypeError, ValueError, KeyError) as err: _bad(cls, f"{nm} codec {cj!r} cannot be built ({err})")
+                d = parts_dim(codec, e)
+                if d is None or (nm == 'compressed entries' and ring is not None and d != ring.shape[-1]):
+                    _bad(cls, f"{nm} {[(str(p.dtype), tuple(p.shape)) for p in e]} are not what {codec!r} stores"
+                              + ("" if ring is None else f" for head dim {ring.shape[-1]}"))
             if ring is not None and e[0].shape[0] != ring.shape[0]: _bad(cls, f"{nm} have batch {e[0].shape[0]}, the ring {ring.shape[0]}")
     return _remember(cache, None if ring is None else (ring.shape[0], 1, ring.shape[-1], ring.shape[-1]))
 

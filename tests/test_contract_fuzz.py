@@ -99,7 +99,7 @@ def states_of(path):
     return st, classes, user
 
 
-def variants(path, d):
+def variants(path, d, semantic=True):
     "(kind, name, path of the variant file): kind 'bytes' (must be refused or equal) or 'semantic'"
     raw = open(path, 'rb').read()
     hl, hdr = header(raw)
@@ -137,6 +137,7 @@ def variants(path, d):
     first = next(iter(arrays.values()))
     for k in ('0.k99', '0.bogus', '1.k0', '0.v7', '0.sink_keys'):
         if k not in arrays: put('bytes', f'extra array {k}', lambda p, k=k: mx.save_safetensors(p, {**arrays, k: first}, meta))
+    if not semantic: return out
     # consistently written edits (fresh checksums): configs of another version, class, scheme, head dim, counts
     states, classes, user = states_of(path)
     st0 = states[0]
