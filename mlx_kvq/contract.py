@@ -370,7 +370,7 @@ def check_sparse_state(cache, v, version, codec_from_json=None):
     try: fmt = int(v[-1])
     except (TypeError, ValueError): _bad(cls, f"format entry {v[-1]!r} is not a number")
     if fmt > version: raise CacheContractError(f"{cls} state format {fmt} is newer than this mlx_kvq ({version}); upgrade mlx_kvq")
-    want = {1: 11, 2: 13}.get(fmt)
+    want = {1: 11, 2: 13, 3: 13}.get(fmt)
     if want is None or len(v) != want: _bad(cls, f"format {fmt} needs {want} entries, got {len(v)}")
     ring, comp, idx, akv, asc, ikv, isc, offset, window, ratio = v[:10]
     nums = {}
@@ -386,7 +386,7 @@ def check_sparse_state(cache, v, version, codec_from_json=None):
     if ring is None and nums['offset']: _bad(cls, f"offset {nums['offset']} but no window ring")
     if ring is not None and (ring.ndim != 3 or ring.shape[1] != nums['window']):
         _bad(cls, f"window ring {tuple(ring.shape)} is not (B, window={nums['window']}, D)")
-    for nm, e, cj in (('compressed entries', comp, v[10] if fmt == 2 else ''), ('index keys', idx, v[11] if fmt == 2 else '')):
+    for nm, e, cj in (('compressed entries', comp, v[10] if fmt >= 2 else ''), ('index keys', idx, v[11] if fmt >= 2 else '')):
         if e is None: continue
         if not cj:                                   # exact rows (B, N, D)
             if not isinstance(e, mx.array) or e.ndim != 3 or not mx.issubdtype(e.dtype, mx.floating):
