@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.models.cache import load_prompt_cache as lm_load
 
 from mlx_kvq.turbo_codec import TurboCodec
-from mlx_kvq.dsv4 import SparseKVCache
+from mlx_kvq.dsv4_cache import SparseKVCache
 from mlx_kvq.integrate import save_prompt_cache, load_prompt_cache as kvq_load
 from mlx_kvq.contract import write_prompt_cache
 from test_contract_fuzz import variants, states_of, Ghost, R
@@ -22,7 +22,7 @@ D = 32
 def make(ratio):
     c = SparseKVCache(6, ratio, TurboCodec(4) if ratio else None)
     kv = R(1, 1, 9, D, seed=1); c.update_and_fetch(kv, kv)
-    if ratio: c.append('compressed', R(1, 2, D, seed=2))
+    if ratio: c.entries.append(R(1, 2, D, seed=2))
     return c
 
 
@@ -47,7 +47,7 @@ def sparse_edits(path, d, start):
     for i, nm in ((7, 'offset'), (8, 'window'), (9, 'ratio')):
         for v in (-1, 0, 1, 2, 3, 5, 100, 'x'):
             put(f'{nm} {v}', at(i, v))
-    for v in (3, 99, 0, 'x'): put(f'format {v}', at(12, v))
+    for v in (4, 99, 0, 'x'): put(f'format {v}', at(12, v))
     for v in ('{"codec": "nope"}', '{"codec": "turbo", "bits": 9}', 'not json', ''): put(f'entry codec {v!r}', at(10, v))
     ring = st[0]
     put('ring NaN', at(0, mx.full(ring.shape, mx.nan, ring.dtype)))

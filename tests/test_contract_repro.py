@@ -168,3 +168,14 @@ def test_trim_of_a_wrapped_ring_is_refused():
     with pytest.raises(CacheContractError, match='is_trimmable'): q.trim(2)
     assert same(before, snapshot(q))
     assert q.trim(0) == 0
+
+
+def test_sparse_batch_of_a_request_without_entries():
+    """A DeepSeek-V4 request shorter than `ratio` has stored no entry (its codec has no dim yet): merging it with a
+    longer one was refused as 'different configurations'"""
+    from mlx_kvq.dsv4_cache import SparseKVCache, BatchSparseKVCache
+    short, long = SparseKVCache(6, 4, TurboCodec(4)), SparseKVCache(6, 4, TurboCodec(4))
+    kv = R(1, 1, 2, 32); short.update_and_fetch(kv, kv)
+    kv = R(1, 1, 9, 32, seed=1); long.update_and_fetch(kv, kv); long.entries.append(R(1, 2, 32, seed=2))
+    b = BatchSparseKVCache.merge([short, long])
+    assert b.offset.tolist() == [2, 9]
