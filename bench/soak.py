@@ -152,6 +152,8 @@ def write(res):
                      f"{r['nbytes_when_full']} | {len(r['distinct_nbytes_after_full'])} | {r['rss_mb_first_after_full']} / "
                      f"{r['rss_mb_last']} / {r['rss_mb_max_after_full']} | {r['rss_mb_after_warmup']} / {r['rss_growth_mb_after_warmup']} | {len(r['checkpoints'])} | {r['worst_rel_err']:.2e} | "
                      f"{r['ok']} | {r['machine']}, {r['date']}, commit {r.get('commit')} |")
+    notes = [f"- {r['model']}: {r['note']}" for r in allres.values() if r.get('note')]
+    if notes: lines += ["", "Notes:", *notes]
     (HERE / 'soak.md').write_text("\n".join(lines) + "\n")
 
 
@@ -166,7 +168,9 @@ if __name__ == '__main__':
     ap.add_argument('--tol', type=float, default=1e-4)
     a = ap.parse_args()
     if a.model == 'render':
-        for r in json.loads((HERE / 'soak.json').read_text()).values(): write(derive(r))
+        allres = {k: derive(r) for k, r in json.loads((HERE / 'soak.json').read_text()).items()}
+        (HERE / 'soak.json').write_text(json.dumps(allres, indent=1))
+        write(next(iter(allres.values())))
         sys.exit(0)
     steps = a.steps or (50000 if a.model == 'tiny' else 5000)
     size = a.max_kv_size or (64 if a.model == 'tiny' else 256)
