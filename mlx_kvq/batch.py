@@ -12,6 +12,7 @@ from fastcore.basics import patch_to
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll
 from .codecs import Codec, CachedSide, codec_attention
 from .qcache import CodecKVCache, FORMAT_VERSION, register_cache_class, _read_config
+from .contract import check_update, check_trim, check_batch_state, codecs_from
 from .kvsplit import Parts, _cat, _zeros_like_tokens, _grow_ring, _parts_from_state, QuantizedRotatingKVCache, KVSplitCache
 
 # %% auto #0
@@ -51,6 +52,7 @@ class BatchQuantizedKVCache(BatchKVCache):
         self.single = single or CodecKVCache     # the class `extract` returns
 
     def update_and_fetch(self, keys, values):
+        check_update(self, keys, values)
         if self.keys is None: self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         k, v = Parts(self.k_codec.encode(keys)), Parts(self.v_codec.encode(values))
         prev, S = self._idx, keys.shape[2]
@@ -67,6 +69,8 @@ class BatchQuantizedKVCache(BatchKVCache):
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
         return codec_attention(queries, CachedSide(self.k_codec, parts=tuple(keys)),
                                CachedSide(self.v_codec, parts=tuple(values)), scale=scale, mask=mask, sinks=sinks)
+
+    def trim(self, n): return BatchKVCache.trim(self, check_trim(self, n))
 
     def finalize(self):
         if self._right_padding is not None:
@@ -127,6 +131,7 @@ def _bq_merge(cls, caches):
     return out
 
 def _bq_extract(self, idx):
+    if self.keys is None: return _single_from_parts(self.single, self.k_codec, self.v_codec, None, None, 0)   # an empty batch
     mx.eval(self.left_padding)
     pad = self.left_padding.tolist()[idx]
     k, v = self.keys[idx:idx + 1, :, pad:self._idx, :], self.values[idx:idx + 1, :, pad:self._idx, :]
@@ -190,7 +195,8 @@ def _single_class(name):
 
 def _bq_set_state(self, st):
     cfg = _read_config(st, type(self).__name__)
-    BatchQuantizedKVCache.__init__(self, Codec.from_config(cfg['k_codec']), Codec.from_config(cfg['v_codec']), [],
+    kc, vc = codecs_from(type(self).__name__, cfg, Codec.from_config); check_batch_state(self, st, cfg, kc, vc)
+    BatchQuantizedKVCache.__init__(self, kc, vc, [],
                                    _single_class(cfg['single']))
     self.offset, self.left_padding, self._idx = st['offset'], st['left_padding'], cfg['idx']
     self.keys, self.values = _parts_from_state(st, 'k'), _parts_from_state(st, 'v')
@@ -222,10 +228,13 @@ class BatchQuantizedRotatingKVCache(BatchRotatingKVCache):
         self.values = self.values.map(lambda p: dynamic_roll(p, shift[:, None], axis=2))
 
     def update_and_fetch(self, keys, values):
+        check_update(self, keys, values)
         if self.keys is None: self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         k, v = Parts(self.k_codec.encode(keys)), Parts(self.v_codec.encode(values))
         if self.keys is not None: _check_shapes([self.keys, k], "extend")
         return BatchRotatingKVCache.update_and_fetch(self, k, v)
+
+    def trim(self, n): return BatchRotatingKVCache.trim(self, check_trim(self, n, ring=True))
 
     def _update_concat(self, keys, values):
         if self.keys is None: self.keys, self.values = keys, values
@@ -310,6 +319,7 @@ def _bqr_extract(self, idx):
     mx.eval(self.left_padding, self.offset)
     pad = max(0, self.left_padding.tolist()[idx])
     c = QuantizedRotatingKVCache(self.max_size, 0, self.k_codec, self.v_codec)
+    if self.keys is None: return c                  # an empty batch
     k, v, end = self.keys[idx:idx + 1], self.values[idx:idx + 1], self._idx
     if self.rotated:
         k, v, end = k.map(lambda p: mx.roll(p, -self._idx, axis=2)), v.map(lambda p: mx.roll(p, -self._idx, axis=2)), self.max_size
@@ -343,7 +353,8 @@ def _bqr_get_state(self):
 
 def _bqr_set_state(self, st):
     cfg = _read_config(st, type(self).__name__)
-    BatchQuantizedRotatingKVCache.__init__(self, Codec.from_config(cfg['k_codec']), Codec.from_config(cfg['v_codec']), cfg['max_size'], [])
+    kc, vc = codecs_from(type(self).__name__, cfg, Codec.from_config); check_batch_state(self, st, cfg, kc, vc, max_size=cfg.get('max_size'))
+    BatchQuantizedRotatingKVCache.__init__(self, kc, vc, cfg['max_size'], [])
     self.offset, self.left_padding = st['offset'], st['left_padding']
     self._idx, self._offset, self.rotated = cfg['idx'], cfg['offset_max'], cfg['rotated']
     self.keys, self.values = _parts_from_state(st, 'k'), _parts_from_state(st, 'v')

@@ -96,7 +96,9 @@ class AffineCodec(Codec):
         return (w, s.astype(mx.float16), b.astype(mx.float16))
     def decode(self, parts, dtype=mx.float32):
         w, s, b = parts
-        return mx.dequantize(w, s, b, group_size=self.group_size, bits=self.bits).astype(dtype)
+        if w.shape[-2] == 0: return mx.zeros((*w.shape[:-1], w.shape[-1] * 32 // self.bits), dtype)   # (mx.dequantize fails on no tokens)
+        # scales/biases are stored float16; decoding in `dtype` keeps float32 decodes exact (as the attention products are)
+        return mx.dequantize(w, s.astype(dtype), b.astype(dtype), group_size=self.group_size, bits=self.bits).astype(dtype)
     # The G query heads of a KV head are folded into rows, so `quantized_matmul` sees matching batch dims.
     # On MLX 0.32.4's CUDA backend `quantized_matmul` returned wrong products when batch dims broadcast
     # and has no float32 kernel for these shapes (both seen on an H100), so there the products decode

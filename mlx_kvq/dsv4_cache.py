@@ -16,6 +16,7 @@ import numpy as np
 from mlx_lm.models import cache as mlx_cache
 from .codecs import Codec
 from .qcache import register_cache_class
+from .contract import check_update, check_trim, check_sparse_state
 
 # %% ../nbs/07_dsv4_cache.ipynb #2c3b47c9
 def _codec_json(codec: Optional[Codec]) -> str:
@@ -212,8 +213,9 @@ class SparseKVCache(mlx_cache._BaseCache):
     def index_keys(self) -> Optional[mx.array]: return self.index_entries.rows(self.offset // 4) if self.ratio == 4 else None
 
     def config(self) -> tuple:
-        "What two caches must share to be batched together."
-        return (self.window, self.ratio, _codec_json(self.entries.codec), _codec_json(self.index_entries.codec))
+        "What two caches must share to be batched together (a codec that has stored no entry yet has no `dim`: not compared)."
+        same = lambda c: "" if c is None else json.dumps({k: v for k, v in c.config().items() if k != "dim"}, sort_keys=True)
+        return (self.window, self.ratio, same(self.entries.codec), same(self.index_entries.codec))
 
     # ---- one input chunk ----------------------------------------------------------------------
     def chunk(self, B: int, L: int) -> Chunk:
@@ -258,6 +260,7 @@ class SparseKVCache(mlx_cache._BaseCache):
     # ---- mlx-lm cache protocol -----------------------------------------------------------------
     def update_and_fetch(self, keys, values):
         "mlx-lm protocol: `keys` (B, 1, L, D) latents (values are the same latents); returns the window rows the new queries can see."
+        check_update(self, keys, values)
         ch = self.chunk(keys.shape[0], keys.shape[2])
         rows, pos = self.window_keys(keys[:, 0], ch)
         self.update_window(rows, ch); self.advance(ch)
@@ -274,6 +277,7 @@ class SparseKVCache(mlx_cache._BaseCache):
 
     @state.setter
     def state(self, v):
+        check_sparse_state(self, v, _FORMAT, _codec_from_json)
         fmt = int(v[-1])
         if fmt > _FORMAT:
             raise ValueError(f"SparseKVCache state format {fmt} is newer than this mlx_kvq ({_FORMAT}); upgrade mlx_kvq")
@@ -312,6 +316,7 @@ class SparseKVCache(mlx_cache._BaseCache):
         return self.offset == 0
 
     def trim(self, n):
+        check_trim(self, n)
         return 0   # nothing can be given back honestly (see is_trimmable)
 
     def make_mask(self, *args, **kwargs):
@@ -492,7 +497,7 @@ class BatchSparseKVCache(SparseKVCache):
     def size(self): return int(self.offsets.max(initial=0))
     def empty(self): return self.ring is None
     def is_trimmable(self): return bool((self.offsets == 0).all())
-    def trim(self, n): return 0
+    def trim(self, n): check_trim(self, n); return 0
 
     @property
     def state(self): return ([self.extract(i).state for i in range(len(self.offsets))], _FORMAT)

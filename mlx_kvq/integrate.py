@@ -24,6 +24,7 @@ from .kvsplit import rotating_twin
 from .mla_guard import (guarded_prompt_cache, cache_kind, parse_mla_scheme, convert_mla_cache, mla_info,
                                _is_marker)
 from .dsv4_cache import SparseKVCache
+from .contract import CacheContractError, read_prompt_cache, write_prompt_cache
 from . import dispatch
 from .dispatch import install, uninstall, installed, scaled_dot_product_attention, check_mlx_lm_version
 from .schemes import (KVScheme, CodecPair, SCHEME_FAMILIES, parse_scheme, side_codec, codec_side, cache_scheme,
@@ -401,10 +402,10 @@ def file_scheme(caches) -> str:
     return 'fp16' if not s else '+'.join(sorted(s))
 
 def save_prompt_cache(file_name, cache, metadata=None):
-    "mlx-lm's `save_prompt_cache` with the mlx_kvq format and scheme in the file's metadata"
+    "mlx-lm's `save_prompt_cache` with the mlx_kvq format, scheme and checksums in the file (`mlx_kvq.contract.write_prompt_cache`)"
     meta = dict(metadata or {})
     meta.update(mlx_kvq_format=str(KVQ_FILE_FORMAT), mlx_kvq_scheme=file_scheme(cache))
-    lm_cache.save_prompt_cache(os.fspath(file_name), cache, meta)
+    write_prompt_cache(os.fspath(file_name), cache, meta)   # mlx-lm's layout + CRC-32s: damage is named on load
 
 def _damaged(path, e):
     return ValueError(f"{path} is damaged or is not a prompt-cache file ({type(e).__name__}: {e}); "
@@ -418,13 +419,9 @@ def load_prompt_cache(file_name, expect_scheme=None, return_metadata=False, layo
     path = os.fspath(file_name)
     expect = None if expect_scheme is None else parse_scheme(expect_scheme)
     if not os.path.isfile(path): raise FileNotFoundError(f"no prompt-cache file at {path}")
-    try: caches, meta = lm_cache.load_prompt_cache(path, return_metadata=True)
-    except KeyError as e:
-        raise ValueError(f"{path} holds a cache class mlx-lm does not know ({e}): import the module that "
-                         "defines it (import mlx_kvq registers all of mlx_kvq's) before loading") from None
-    except Exception as e:
-        if 'newer than this mlx_kvq' in str(e): raise
-        raise _damaged(path, e) from None
+    try: caches, meta = read_prompt_cache(path)     # mlx-lm's reconstruction, every step checked
+    except CacheContractError: raise
+    except Exception as e: raise _damaged(path, e) from None
     fmt = meta.get('mlx_kvq_format', '0')
     if not fmt.isdigit(): raise _damaged(path, ValueError(f"format {fmt!r}"))
     if int(fmt) > KVQ_FILE_FORMAT:

@@ -13,6 +13,7 @@ from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
 from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
+from .contract import check_update, check_trim, check_rotating_state, codecs_from
 from .qcache import CodecKVCache
 
 # %% auto #0
@@ -181,7 +182,7 @@ def _parts_from_state(st, side):
 
 def _rot_set_state(self, st):
     cfg = _read_config(st, type(self).__name__)
-    kc, vc = Codec.from_config(cfg['k_codec']), Codec.from_config(cfg['v_codec'])
+    kc, vc = codecs_from(type(self).__name__, cfg, Codec.from_config); check_rotating_state(self, st, cfg, kc, vc)
     keys, values = _parts_from_state(st, 'k'), _parts_from_state(st, 'v')
     if (keys is None) != (values is None) or (keys is not None and keys.shape[2] != values.shape[2]):
         raise ValueError("damaged prompt-cache file: keys and values of the rotating cache disagree")
@@ -245,11 +246,13 @@ def _requantize(self):
     self.k_codec, self.v_codec, self._then = kc, vc, None
 
 def _rot_update_and_fetch(self, keys, values):
+    check_update(self, keys, values)
     if self._then is not None and self.offset >= self.quantized_kv_start: self._requantize()
     return RotatingKVCache.update_and_fetch(self, keys, values)
 
 QuantizedRotatingKVCache._requantize = _requantize
 QuantizedRotatingKVCache.update_and_fetch = _rot_update_and_fetch
+QuantizedRotatingKVCache.trim = lambda self, n: RotatingKVCache.trim(self, check_trim(self, n, ring=True))
 
 def rotating_twin(cache, k_codec, v_codec, *, sink=0, quantized_kv_start=0):
     "The quantized rotating cache that replaces mlx-lm's `RotatingKVCache` `cache` (used by `integrate.make_prompt_cache`)"

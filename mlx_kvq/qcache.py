@@ -10,6 +10,7 @@ import json, math
 import mlx.core as mx
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import _BaseCache, create_attention_mask
+from .contract import check_update, check_trim, check_codec_state, codecs_from, read_config
 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
@@ -81,6 +82,7 @@ class CodecKVCache(_BaseCache):
         self.n_quantized = prev + n
 
     def update_and_fetch(self, keys, values):
+        check_update(self, keys, values)
         if self.offset == 0:
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         n = keys.shape[-2]
@@ -120,7 +122,7 @@ class CodecKVCache(_BaseCache):
     def is_trimmable(self): return True
 
     def trim(self, n):
-        n = min(self.offset, n)
+        n = min(self.offset, check_trim(self, n))
         t = min(n, self._n_tail())
         if t: self.tail_keys, self.tail_values = self.tail_keys[..., :self._n_tail() - t, :], self.tail_values[..., :self._n_tail() - t, :]
         q = min(n - t, self.n_quantized); self.n_quantized -= q
@@ -160,7 +162,8 @@ class CodecKVCache(_BaseCache):
     @state.setter
     def state(self, st):
         cfg = _read_config(st, type(self).__name__)
-        CodecKVCache.__init__(self, Codec.from_config(cfg['k_codec']), Codec.from_config(cfg['v_codec']),
+        kc, vc = codecs_from(type(self).__name__, cfg, Codec.from_config); check_codec_state(self, st, cfg, kc, vc)
+        CodecKVCache.__init__(self, kc, vc,
                               sink=cfg['sink'], window=cfg['window'], quantized_kv_start=cfg['quantized_kv_start'])
         for nm in ('sink_keys', 'sink_values', 'tail_keys', 'tail_values'): setattr(self, nm, st.get(nm))
         self.n_quantized = cfg['n_quantized']
@@ -174,15 +177,7 @@ class CodecKVCache(_BaseCache):
             raise ValueError("damaged prompt-cache file: token counts of the cache parts do not add up")
 
 def _read_config(st, cls_name):
-    "Parse and check the config scalars stored in a cache's state"
-    if not isinstance(st, dict) or 'config' not in st:
-        raise ValueError(f"not a {cls_name} state (no 'config' entry): was it written by another cache class?")
-    try: cfg = json.loads(st['config'])
-    except (TypeError, ValueError) as e: raise ValueError(f"damaged {cls_name} state: config is not JSON ({e})") from None
-    if cfg.get('format', 0) > FORMAT_VERSION:
-        raise ValueError(f"{cls_name} file format {cfg['format']} is newer than this mlx_kvq reads ({FORMAT_VERSION}): upgrade mlx_kvq")
-    if cfg.get('cls') != cls_name:
-        raise ValueError(f"cache file holds a {cfg.get('cls')}, not a {cls_name}")
-    return cfg
+    "Parse and check the config scalars stored in a cache's state (`mlx_kvq.contract.read_config`)"
+    return read_config(cls_name, st, FORMAT_VERSION)
 
 register_cache_class(CodecKVCache)
