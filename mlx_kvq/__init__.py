@@ -24,7 +24,7 @@ from .schemes import KVScheme, parse_scheme, register_scheme_family, valid_schem
 from .dispatch import install, uninstall, installed
 from .integrate import make_prompt_cache, cache_report, CacheReport, save_prompt_cache, load_prompt_cache
 from .models import load
-from . import auto, cli, bench   # noqa: F401  (register the auto:B scheme family and the subcommands)
+from . import auto, cli, bench, serve, bench_serve   # noqa: F401  (register the auto:B scheme family and the subcommands)
 from . import dsv4_model   # noqa: F401  (answers mlx_lm.models.deepseek_v4 for mlx_lm.load)
 from . import distributed           # noqa: F401  (reports on a split model name the rank: integrate.register_scope_hook)
 

@@ -23,15 +23,14 @@ from mlx_lm.utils import save_model, save_config
 from . import __version__
 from .integrate import make_prompt_cache, cache_report
 from .schemes import parse_scheme, valid_schemes
-from .models import load, cache_dir, embedded_model_path
+from .models import load, cache_dir
 from .tiny import write_word_tokenizer
 from . import distributed
 
 # %% auto #0
 __all__ = ['OPENBLAS', 'COMMANDS', 'TINY_WORDS', 'openblas_env', 'reexec_with_openblas', 'CliError', 'Command',
            'register_command', 'generate_scheme', 'default_scheme', 'cache_options', 'cache_nbytes', 'run_generate',
-           'run_info', 'build_parser', 'main', 'mlx_lm_server_arguments', 'server_prompt_cache', 'kvq_batch_generator',
-           'server_load', 'KVQServer', 'run_serve', 'write_tiny_model']
+           'run_info', 'build_parser', 'main', 'write_tiny_model']
 
 # %% ../nbs/11_cli.ipynb #afb0c1d1
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
@@ -255,181 +254,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-
-# %% ../nbs/11_cli.ipynb #727c3d67
-class _Recorded(Exception): pass
-
-class _RecordingParser:
-    "Stands in for `argparse.ArgumentParser` inside `mlx_lm.server.main`: records `add_argument`, stops at `parse_args`"
-    def __init__(self, *args, **kwargs): self.calls = _RecordingParser.calls = []
-    def add_argument(self, *args, **kwargs): self.calls.append((args, kwargs))
-    def parse_args(self, *args, **kwargs): raise _Recorded()
-
-def mlx_lm_server_arguments() -> list[tuple[tuple, dict]]:
-    "The `(args, kwargs)` of every `add_argument` call in `mlx_lm.server.main` (its flags, as the installed mlx-lm defines them)."
-    import types, mlx_lm.server as S
-    fake = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": _RecordingParser})
-    saved, S.argparse = S.argparse, fake
-    try: S.main()
-    except _Recorded: pass
-    finally: S.argparse = saved
-    calls = _RecordingParser.calls
-    if not any(a[:1] == ("--model",) for a, _ in calls):
-        raise ImportError("could not read mlx_lm.server's flags: mlx-kvq serve supports mlx-lm 0.32")
-    return list(calls)
-
-# %% ../nbs/11_cli.ipynb #8928bfec
-def _port(s):
-    try: v = int(s)
-    except ValueError: v = -1
-    if not 0 <= v <= 65535: raise argparse.ArgumentTypeError(f"port must be an integer 0-65535 (0: any free port), got {s!r}")
-    return v
-
-_SERVER_OVERRIDES = {
-    "--model": dict(default=None, help="mlx-lm model directory (or anything mlx_lm.load opens); default: the embedded Gemma 3 270M"),
-    "--port": dict(type=_port, help="port of the HTTP server; 0 picks a free one (default: %(default)s)"),
-    "--kv-bits": dict(metavar="B", help="mlx-lm's flag: affine-quantize the cache to B bits, the same as --kv affine:B "
-                                       "(unlike mlx_lm.server, requests are still batched)"),
-    "--kv-group-size": dict(type=_positive_int, metavar="G", help="group size of affine quantization (default: %(default)s)"),
-    "--quantized-kv-start": dict(type=_nonneg_int, default=0, metavar="N",
-                                 help="keep the first N tokens' cache exact and quantize from there on "
-                                      "(default: %(default)s; mlx_lm.server's default is 5000)"),
-}
-
-def _serve_arguments(p: argparse.ArgumentParser):
-    g = p.add_argument_group("mlx_lm.server options (mlx-lm's own flags and help)")
-    for args, kwargs in mlx_lm_server_arguments():
-        g.add_argument(*args, **{**kwargs, **_SERVER_OVERRIDES.get(args[0], {})})
-    _cache_arguments(p.add_argument_group("mlx_kvq cache options"))
-
-# %% ../nbs/11_cli.ipynb #3d5338b4
-def server_prompt_cache(model, max_kv_size=None, *, options: dict):
-    "mlx-lm's `make_prompt_cache(model, max_kv_size)` signature, returning `mlx_kvq.integrate.make_prompt_cache(model, **options)`"
-    opts = dict(options)
-    if max_kv_size is not None: opts["max_kv_size"] = max_kv_size
-    return make_prompt_cache(model, **opts)
-
-def kvq_batch_generator(options: dict):
-    "A subclass of mlx-lm's `BatchGenerator` whose new requests get the scheme's caches."
-    from mlx_lm.generate import BatchGenerator
-    class KVQBatchGenerator(BatchGenerator):
-        cache_options = options
-        def insert_segments(self, segments, max_tokens=None, caches=None, *args, **kwargs):
-            caches = [c if c is not None else server_prompt_cache(self.model, self.max_kv_size, options=options)
-                      for c in (caches or [None] * len(segments))]
-            return super().insert_segments(segments, max_tokens, caches, *args, **kwargs)
-    return KVQBatchGenerator
-
-def server_load(path_or_hf_repo=None, tokenizer_config=None, model_config=None, adapter_path=None, lazy=False,
-                return_config=False, revision=None, trust_remote_code=False, *, dtype="float32"):
-    "`mlx_lm.utils.load`'s signature over `mlx_kvq.models.load` (None: the embedded Gemma), adapters and chat template applied."
-    import json
-    from pathlib import Path
-    import mlx.core as mx
-    model, tokenizer = load(path_or_hf_repo, dtype=getattr(mx, dtype))
-    if adapter_path is not None:
-        from mlx_lm.utils import load_adapters
-        model = load_adapters(model, adapter_path)
-        model.eval()
-    template = (tokenizer_config or {}).get("chat_template")
-    if template: tokenizer._tokenizer.chat_template = template
-    folder = Path(path_or_hf_repo) if path_or_hf_repo is not None else embedded_model_path()
-    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
-    return (model, tokenizer, config) if return_config else (model, tokenizer)
-
-# %% ../nbs/11_cli.ipynb #4ede9a84
-_SERVER_NAMES = ("make_prompt_cache", "BatchGenerator", "load")
-_OPEN_SERVER = []
-
-class KVQServer:
-    "mlx-lm's HTTP server with caches from `mlx_kvq.integrate.make_prompt_cache`; `serve_forever()` or `start()` / `close()`."
-    def __init__(self, args: argparse.Namespace):
-        import socket
-        from functools import partial
-        from http.server import ThreadingHTTPServer
-        import mlx_lm.server as S
-        self.options = cache_options(args)            # a bad scheme fails here, before anything loads
-        if _OPEN_SERVER: raise RuntimeError("a KVQServer is already open in this process: close() it first")
-        self.args = argparse.Namespace(**{**vars(args), "kv_bits": None})  # the scheme is in our caches
-        if self.args.model is None: self.args.model = str(embedded_model_path())
-        self._saved = {n: getattr(S, n) for n in _SERVER_NAMES}
-        S.make_prompt_cache = partial(server_prompt_cache, options=self.options)
-        S.BatchGenerator = kvq_batch_generator(self.options)
-        S.load = partial(server_load, dtype=getattr(args, "dtype", "float32"))
-        _OPEN_SERVER.append(self)
-        self.httpd = self.generator = self.thread = None
-        try:
-            self.provider = S.ModelProvider(self.args)
-            self.provider.load_default()              # load here: a bad model or scheme fails before listening
-            self.caches, self.report = S.make_prompt_cache(self.provider.model), None
-            self.report = cache_report(self.caches, self.provider.model)
-            self.prompt_cache = S.LRUPromptCache(self.args.prompt_cache_size)
-            if self.args.prompt_cache_bytes is not None: self.prompt_cache = S.LRUPromptCache(
-                self.args.prompt_cache_size, max_bytes=self.args.prompt_cache_bytes)
-            family = socket.getaddrinfo(self.args.host, self.args.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            server_class = type("KVQHTTPServer", (ThreadingHTTPServer,), {"address_family": family[0]})
-            fingerprint = S.get_system_fingerprint()
-            try: self.httpd = server_class(family[4][:2], lambda *a, **k: S.APIHandler(self.generator, *a, system_fingerprint=fingerprint, **k))
-            except OSError as e:
-                raise CliError(f"cannot listen on {self.args.host}:{self.args.port} ({e.strerror}): "
-                               "pick another --port (0: any free port)") from None
-            self.generator = S.ResponseGenerator(self.provider, self.prompt_cache)
-        except BaseException:
-            self.close(); raise
-        self.host, self.port = self.httpd.server_address[:2]
-
-    @property
-    def url(self) -> str: return f"http://{self.host}:{self.port}"
-
-    def start(self):
-        "Serve in a daemon thread; returns self."
-        import threading
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name="mlx-kvq-serve")
-        self.thread.start()
-        return self
-
-    def serve_forever(self):
-        "Serve until interrupted (Ctrl-C), then close."
-        try: self.httpd.serve_forever()
-        finally: self.close()
-
-    def close(self):
-        "Stop the HTTP server and the generation thread, and put mlx_lm.server's names back."
-        import mlx_lm.server as S
-        if self.httpd is not None:
-            if self.thread is not None: self.httpd.shutdown()
-            self.httpd.server_close()
-        if self.generator is not None: self.generator.stop_and_join()
-        self.httpd = self.generator = self.thread = None
-        if self in _OPEN_SERVER:
-            for n, v in self._saved.items(): setattr(S, n, v)
-            _OPEN_SERVER.remove(self)
-
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
-
-# %% ../nbs/11_cli.ipynb #06ba00d6
-def run_serve(args) -> int:
-    "`mlx-kvq serve`: mlx_lm.server with the chosen KV cache."
-    import logging, warnings
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), None), format="%(asctime)s - %(levelname)s - %(message)s")
-    server = KVQServer(args)
-    if server.args.host not in ("127.0.0.1", "localhost", "::1"):
-        warnings.warn("mlx_lm.server is not recommended for production as it only implements basic security checks.")
-    print(f"mlx-kvq serve: {server.args.model} with kv={server.options['kv']} at {server.url} "
-          f"(batched: {'yes' if server.provider.is_batchable else 'no'})", flush=True)
-    print(server.report, flush=True)
-    try: server.serve_forever()
-    except KeyboardInterrupt: pass
-    return 0
-
-register_command("serve", "mlx-lm's HTTP server (OpenAI-style API, batched) with a compressed KV cache",
-                 _serve_arguments, run_serve,
-                 "mlx_lm.server with every KV cache built by mlx_kvq (--kv SCHEME): the same endpoints "
-                 "(/v1/completions, /v1/chat/completions, /v1/models, /health), continuous batching with quantized "
-                 "caches (mlx_lm.server serves one request at a time when --kv-bits is set; here --kv-bits B is "
-                 "--kv affine:B and batching stays on) and the LRU prompt cache. Default model: the embedded "
-                 "Gemma 3 270M. Listens on 127.0.0.1 unless --host says otherwise.")
 
 # %% ../nbs/11_cli.ipynb #48f92f1b
 TINY_WORDS = ("<unk> <s> </s> the capital of france is paris germany berlin a an and city river big small "
