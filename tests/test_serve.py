@@ -237,10 +237,15 @@ def test_serve_subprocess(tiny):
     assert r["text"] == generate(model, tok, "the capital of france is", max_tokens=5, prompt_cache=make_prompt_cache(model, kv))
 
 
-def test_serve_bad_input_one_line(tiny):
+def test_serve_bad_input_one_line(tiny, capsys):
+    "Bad command lines: one line on stderr, exit status 2, nothing served (in process; one real process for a model-level error)."
+    from mlx_kvq.cli import main
     path, _, _ = tiny
     for argv in (["--kv", "turbo:9"], ["--port", "99999"], ["--kv-budget", "lots"],
                  ["--model", str(path), "--kv", "affine:4", "--kv-group-size", "48"]):
-        r = subprocess.run([sys.executable, "-m", "mlx_kvq", "serve", *argv], capture_output=True, text=True, env=_env(), timeout=120)
-        assert r.returncode == 2, (argv, r.stdout, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, (argv, r.stderr)
+        assert main(["serve", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+    r = subprocess.run([sys.executable, "-m", "mlx_kvq", "serve", "--model", str(path), "--kv", "affine:4", "--kv-group-size", "48"],
+                       capture_output=True, text=True, env=_env(), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, (r.stdout, r.stderr)
