@@ -19,7 +19,8 @@ from mlx_lm import generate
 
 from mlx_kvq.cli import build_parser, write_tiny_model
 from mlx_kvq.models import load
-from mlx_kvq.integrate import make_prompt_cache, cache_report, cache_scheme
+from mlx_kvq.integrate import make_prompt_cache, cache_report
+from mlx_kvq.schemes import cache_scheme
 from mlx_kvq.serve import KVQServer, KVNeed
 from mlx_kvq.bench_serve import load_test, mixed_requests, send_request, get_json
 
