@@ -20,8 +20,7 @@ from mlx.utils import tree_map
 from mlx_lm.models import llama
 from mlx_lm.utils import save_model, save_config
 
-try: from mlx_kvq.tiny import write_word_tokenizer           # the package layout of issue 13
-except ImportError: from mlx_kvq.mla_guard import write_word_tokenizer
+from mlx_kvq.tiny import write_word_tokenizer
 from mlx_kvq.bench_serve import load_test, serve_load_table
 
 ROOT = Path(__file__).resolve().parents[1]
