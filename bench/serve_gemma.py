@@ -1,0 +1,115 @@
+"""`mlx-kvq serve` under load on the embedded Gemma 3 270M: fp16 (the model's own caches) vs affine:8,4 vs the
+default scheme (auto:5), then the admission figure (how many concurrent 4K-token requests fit one --kv-budget).
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python bench/serve_gemma.py
+
+Sizes come from the environment (defaults: the issue's run): SERVE_CLIENTS=8, SERVE_REQUESTS=10 (per client),
+SERVE_PROMPT_TOKENS=1500, SERVE_MAX_TOKENS=16, SERVE_SCHEMES="fp16 affine:8,4 auto:5", SERVE_BUDGET=1GB,
+SERVE_ADMIT_TOKENS=4096. Each scheme gets a fresh `python -m mlx_kvq serve` subprocess on 127.0.0.1 (port 0), driven
+by `mlx_kvq.bench_serve.load_test` (the same code as `mlx-kvq bench-serve`). Writes bench/serve_gemma.{md,json}.
+"""
+import datetime, json, os, platform, re, signal, subprocess, sys, time
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_kvq.models import load
+from mlx_kvq.integrate import make_prompt_cache, cache_report, probe_kv_shapes
+from mlx_kvq.cli import cache_nbytes
+from mlx_kvq.serve import KVNeed, parse_bytes, _leaf_paths
+from mlx_kvq.bench_serve import load_test, mixed_requests, serve_load_table, get_json
+
+ROOT = Path(__file__).resolve().parents[1]
+E = os.environ.get
+CLIENTS, REQUESTS = int(E("SERVE_CLIENTS", 8)), int(E("SERVE_REQUESTS", 10))
+PROMPT, MAX_TOKENS = int(E("SERVE_PROMPT_TOKENS", 1500)), int(E("SERVE_MAX_TOKENS", 16))
+SCHEMES = E("SERVE_SCHEMES", "fp16 affine:8,4 auto:5").split()
+BUDGET, ADMIT = parse_bytes(E("SERVE_BUDGET", "1GB")), int(E("SERVE_ADMIT_TOKENS", 4096))
+OUT = Path(E("SERVE_OUT", ROOT / "bench" / "serve_gemma"))
+
+
+def start_server(kv, extra=()):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.Popen([sys.executable, "-m", "mlx_kvq", "serve", "--kv", kv, "--host", "127.0.0.1", "--port", "0",
+                          "--log-level", "WARNING", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    t0 = time.monotonic()
+    for line in p.stdout:                      # the first line names the URL
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+        if m: return p, m.group(1)
+        if time.monotonic() - t0 > 900: break
+    p.kill(); raise RuntimeError(f"server for kv={kv} did not start")
+
+
+def stop_server(p):
+    p.send_signal(signal.SIGINT)
+    try: p.wait(60)
+    except subprocess.TimeoutExpired: p.kill(); p.wait()
+
+
+def filled_nbytes(model, kv, n, shapes):
+    "nbytes of the scheme's caches after n tokens of random keys/values (no model forward: only the bytes matter)."
+    caches = make_prompt_cache(model, kv)
+    for path, c in _leaf_paths(caches):
+        shp = shapes.get(path, (None, None))[1]
+        if shp is None: continue
+        H, dk, dv, _ = shp
+        for s in range(0, n, 2048):           # the server's prefill chunks (--prefill-step-size 2048)
+            m = min(2048, n - s)
+            c.update_and_fetch(mx.random.normal((1, H, m, dk)), mx.random.normal((1, H, m, dv)))
+            mx.eval([a for a in (getattr(c, "state", None) or []) if isinstance(a, mx.array)])
+    return cache_nbytes(caches)
+
+
+def main():
+    model, tok = load(None)
+    reqs = mixed_requests(CLIENTS * REQUESTS, PROMPT, MAX_TOKENS, tokenizer=tok)
+    machine = (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores (shared with other jobs), MLX {mx.__version__} "
+               f"CPU{' + OpenBLAS' if 'openblas' in os.environ.get('LD_PRELOAD', '') else ''}, float32, "
+               f"{datetime.date.today().isoformat()}")
+    print(machine, flush=True)
+    rows, answers = [], {}
+    for kv in SCHEMES:
+        p, url = start_server(kv)
+        try:
+            t0 = time.time()
+            res = load_test(url, reqs, CLIENTS, timeout=3600)
+            s = res["summary"]
+            print(f"kv={kv}: {s['requests']} requests in {time.time() - t0:.0f} s, errors {s['errors']}", flush=True)
+            rows.append({k: v for k, v in s.items() if not k.startswith("server_")} | {"server_after": s["server_after"]})
+            answers[kv] = [r["text"] for r in res["results"]]
+            OUT.with_suffix(".partial.json").write_text(json.dumps(dict(machine=machine, rows=rows, answers=answers), indent=1))
+        finally: stop_server(p)
+    # admission: how many concurrent ADMIT-token requests fit BUDGET per scheme
+    shapes = probe_kv_shapes(model)
+    admit = []
+    for kv in SCHEMES:
+        caches = make_prompt_cache(model, kv)
+        need = KVNeed(caches, cache_report(caches, model), chunk=2048)(ADMIT + MAX_TOKENS)
+        measured = filled_nbytes(model, kv, ADMIT, shapes)
+        admit.append(dict(scheme=kv, tokens=ADMIT, reserved_per_request=need, measured_nbytes=measured,
+                          budget=BUDGET, admitted=BUDGET // need))
+    fp = next((a for a in admit if a["scheme"] == "fp16"), None)
+    same = {kv: sum(a == b for a, b in zip(answers[kv], answers.get("fp16", []))) for kv in answers}
+    cmd = (f"SERVE_CLIENTS={CLIENTS} SERVE_REQUESTS={REQUESTS} SERVE_PROMPT_TOKENS={PROMPT} SERVE_MAX_TOKENS={MAX_TOKENS} "
+           f"SERVE_BUDGET={E('SERVE_BUDGET', '1GB')} python bench/serve_gemma.py")
+    md = [f"# `mlx-kvq serve` under load: embedded Gemma 3 270M", "", f"Machine: {machine}.", f"Command: `{cmd}`.", "",
+          f"{CLIENTS} concurrent clients x {REQUESTS} requests each, ~{PROMPT}-token prompts (distinct pydoc slices), "
+          f"{MAX_TOKENS} tokens generated, greedy, cycling text / text-stream / chat / chat-stream; one `mlx-kvq serve` "
+          "process per scheme. TTFT of a non-streaming request is its whole latency; s/token is over the streamed ones.", "",
+          serve_load_table(rows), "",
+          "Answers identical to fp16's (greedy, same request): " + ", ".join(f"{k} {v}/{len(reqs)}" for k, v in same.items()), "",
+          f"## Admission: concurrent {ADMIT}-token requests (+{MAX_TOKENS} generated) within --kv-budget {BUDGET:,} bytes", "",
+          "Reserved per request is what the server's budget charges (the scheme's per-layer bytes per token x tokens, "
+          "sliding layers bounded by their 512-token window plus one 2048-token prefill chunk, rounded up to the 256-token step); "
+          f"measured is the caches' nbytes after {ADMIT} tokens of random keys/values fed in 2048-token chunks as the server's prefill does.", "",
+          "| scheme | reserved per request | measured nbytes | admitted within budget | vs fp16 |", "| --- | ---: | ---: | ---: | ---: |"]
+    for a in admit:
+        md.append(f"| {a['scheme']} | {a['reserved_per_request']:,} | {a['measured_nbytes']:,} | {a['admitted']} | "
+                  f"{(a['admitted'] / fp['admitted']) if fp and fp['admitted'] else float('nan'):.2f}x |")
+    OUT.with_suffix(".md").write_text("\n".join(md) + "\n")
+    OUT.with_suffix(".json").write_text(json.dumps(dict(machine=machine, command=cmd, rows=rows, admission=admit,
+                                                        answers=answers, same_as_fp16=same), indent=1))
+    OUT.with_suffix(".partial.json").unlink(missing_ok=True)
+    print("\n".join(md))
+
+
+if __name__ == "__main__": main()
