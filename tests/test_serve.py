@@ -243,7 +243,8 @@ def test_serve_bad_input_one_line(tiny, capsys):
     from mlx_kvq.cli import main
     path, _, _ = tiny
     for argv in (["--kv", "turbo:9"], ["--port", "99999"], ["--kv-budget", "lots"],
-                 ["--model", str(path), "--kv", "affine:4", "--kv-group-size", "48"]):
+                 ["--model", str(path), "--kv", "affine:4", "--kv-group-size", "48"],
+                 ["--model", str(path), "--kv", "affine:4", "--kv-group-size", "128"]):   # larger than the head dim
         assert main(["serve", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
