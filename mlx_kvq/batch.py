@@ -11,6 +11,7 @@ import mlx.core as mx
 from fastcore.basics import patch_to
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll
 from .codecs import Codec, CachedSide, codec_attention
+from .attention import attend
 from .qcache import CodecKVCache, FORMAT_VERSION, register_cache_class, _read_config
 from .contract import check_update, check_trim, check_batch_state, codecs_from
 from .kvsplit import Parts, _cat, _zeros_like_tokens, _grow_ring, _parts_from_state, QuantizedRotatingKVCache, KVSplitCache
@@ -67,7 +68,7 @@ class BatchQuantizedKVCache(BatchKVCache):
         return BatchKVCache.update_and_fetch(self, k, v)
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
-        return codec_attention(queries, CachedSide(self.k_codec, parts=tuple(keys)),
+        return attend(queries, CachedSide(self.k_codec, parts=tuple(keys)),
                                CachedSide(self.v_codec, parts=tuple(values)), scale=scale, mask=mask, sinks=sinks)
 
     def trim(self, n): return BatchKVCache.trim(self, check_trim(self, n))

@@ -13,6 +13,7 @@ from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
 from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
+from .attention import attend
 from .contract import check_update, check_trim, check_rotating_state, codecs_from
 from .qcache import CodecKVCache
 
@@ -128,7 +129,7 @@ def _update_in_place(self, keys, values):
 @patch_to(QuantizedRotatingKVCache)
 def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
     "Attention of `queries` over what `update_and_fetch` returned"
-    return codec_attention(queries, CachedSide(self.k_codec, parts=tuple(keys)),
+    return attend(queries, CachedSide(self.k_codec, parts=tuple(keys)),
                            CachedSide(self.v_codec, parts=tuple(values)), scale=scale, mask=mask, sinks=sinks)
 
 @patch_to(QuantizedRotatingKVCache)

@@ -14,6 +14,7 @@ from .contract import check_update, check_trim, check_codec_state, codecs_from, 
 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
+from .attention import attend   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
 
 # %% auto #0
 __all__ = ['FORMAT_VERSION', 'register_cache_class', 'reregister_cache_classes', 'CodecKVCache']
@@ -109,7 +110,7 @@ class CodecKVCache(_BaseCache):
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
         "Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache)"
-        return codec_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+        return attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
 
     def dequantized(self, dtype=mx.float32):
         "(keys, values) of every cached token in full precision: for tests and conversions"

@@ -1,0 +1,257 @@
+"""Verify every fused attention kernel of mlx_kvq.attention against the reference ON THE GPU, then time it side by side
+with fp16 `mx.fast.scaled_dot_product_attention` (one layer), chunked prefill and whole-model decode.
+
+Usage (GPU machine, see /work/shared/gpu/README.md):
+    python3 bench/check_fused_cuda.py [--quick] [--only check,layer,gemma,prefill,model] [--out DIR]
+Writes DIR/check_fused_cuda.log (DIR defaults to $OUT or .)."""
+import argparse, math, os, platform, sys, time, warnings
+from datetime import datetime, timezone
+
+import numpy as np
+import mlx.core as mx
+
+from mlx_kvq import attention as A
+from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
+from mlx_kvq.qcache import CodecKVCache
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.calibrated import CalibratedTurboCodec, HalfCodec
+
+ap = argparse.ArgumentParser()
+ap.add_argument('--quick', action='store_true')
+ap.add_argument('--only', default='check,layer,gemma,prefill,model')
+ap.add_argument('--out', default=os.environ.get('OUT', '.'))
+ap.add_argument('--contexts', default='4096,32768,131072')
+ap.add_argument('--model-contexts', default='32768,131072')
+args = ap.parse_args()
+only = set(args.only.split(','))
+os.makedirs(args.out, exist_ok=True)
+LOG = open(os.path.join(args.out, 'check_fused_cuda.log'), 'a')
+
+def log(*a):
+    s = ' '.join(str(x) for x in a)
+    print(s, flush=True); LOG.write(s + '\n'); LOG.flush()
+
+log(f"# check_fused_cuda {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; mlx {mx.__version__}; device {mx.default_device()}; "
+    f"{platform.node()}; command: {' '.join(sys.argv)}")
+try: log('# gpu:', mx.device_info() if hasattr(mx, 'device_info') else mx.metal.device_info())
+except Exception as e: log('# gpu info unavailable', e)
+if 'attend' not in CodecKVCache.attend.__code__.co_names:   # caches not wired to mlx_kvq.attention (older checkouts)
+    CodecKVCache.attend = lambda self, q, k, v, *, scale, mask=None, sinks=None: A.attend(q, k, v, scale=scale, mask=mask, sinks=sinks)
+    log('# CodecKVCache.attend patched to mlx_kvq.attention.attend for this run')
+backend = A.kernel_backend()
+log('# kernel backend:', backend)
+mx.random.seed(0)
+rng = np.random.default_rng(0)
+
+def side(codec, x, head=0, tail=0):
+    L = x.shape[-2]
+    mid = x[..., head:L - tail, :]
+    return CachedSide(codec, x[..., :head, :] if head else None, codec.encode(mid) if mid.shape[-2] else None,
+                      x[..., L - tail:, :] if tail else None)
+
+def calibrated(bits, dim, seed, outliers=True):
+    mean = rng.normal(size=dim).astype(np.float32) * 0.3
+    scale = np.exp(rng.normal(size=dim) * 0.3).astype(np.float32)
+    out = sorted(rng.choice(dim, dim // 8, replace=False).tolist()) if outliers else None
+    return CalibratedTurboCodec(bits, seed=seed, mean=mean, scale=scale, outliers=out, outlier_bits=min(bits + 1, 8) if out else None, dim=dim)
+
+def rel(a, b): return (mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max() / mx.abs(b.astype(mx.float32)).max()).item()
+
+# ------------------------------------------------------------------ 1. correctness on the GPU
+failures = []
+if 'check' in only:
+    log('\n## 1. fused decode kernel vs references (fresh random inputs, on the GPU)')
+    log('case | kernel vs blockwise (fp32) | attend vs codec_attention (fp16 inputs) | guard')
+    cases = []
+    for kb in range(1, 9): cases.append((f'turbo:{kb},{9 - kb}', lambda D, kb=kb: (TurboCodec(kb), TurboCodec(9 - kb, seed=1))))
+    for i, b in enumerate((2, 3, 4, 5, 6, 8)):
+        gs = (32, 64, 128)[i % 3]
+        cases.append((f'affine:{b},{b} g{gs}', lambda D, b=b, gs=gs: (AffineCodec(b, gs), AffineCodec(b, gs))))
+    cases += [('affine:8,4', lambda D: (AffineCodec(8), AffineCodec(4))), ('affine:1', lambda D: (AffineCodec(1, 32), AffineCodec(1, 32))),
+              ('kvq_turbo 5o/4o', lambda D: (calibrated(5, D, 0), calibrated(4, D, 1))),
+              ('kvq_turbo 3/3 no outliers', lambda D: (calibrated(3, D, 0, False), calibrated(3, D, 1, False))),
+              ('turbo:4 / affine:4', lambda D: (TurboCodec(4), AffineCodec(4, 32))),
+              ('affine:8 / turbo:3', lambda D: (AffineCodec(8, 32), TurboCodec(3, seed=1)))]
+    shapes = [(1, 8, 4, 128, 1000), (1, 2, 1, 64, 37), (2, 2, 8, 80, 700), (1, 1, 4, 256, 3000), (1, 4, 2, 96, 513), (3, 2, 4, 128, 4100)]
+    worst = 0.0
+    for ci, (name, make) in enumerate(cases):
+        picks = [ci % len(shapes)] if args.quick else [ci % len(shapes), (ci + 3) % len(shapes)]
+        for si in picks:
+            B, Hkv, G, D, N = shapes[si]
+            if name.startswith('affine') and D % 32: continue
+            try: kc, vc = make(D)
+            except ValueError: continue
+            if isinstance(kc, AffineCodec) and D % kc.group_size: continue
+            if isinstance(vc, AffineCodec) and D % vc.group_size: continue
+            k = mx.random.normal((B, Hkv, N + 9, D)).astype(mx.float16); v = mx.random.normal((B, Hkv, N + 9, D)).astype(mx.float16)
+            q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
+            head, tail = [(0, 9), (4, 5), (0, 0)][(ci + si) % 3]
+            ks, vs = side(kc, k, head, tail), side(vc, v, head, tail)
+            L = N + 9
+            masks = [None]
+            if B > 1:   # left padding of a batch
+                pad = mx.array([i * 37 for i in range(B)])
+                masks.append((mx.arange(L)[None] >= pad[:, None]).reshape(B, 1, 1, L))
+            else: masks.append(mx.random.uniform(shape=(1, 1, 1, L)) > 0.2)
+            for mi, mask in enumerate(masks):
+                sinks = mx.random.normal((Hkv * G,)) if mi else None
+                kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+                qq = (q.astype(mx.float32) * D ** -0.5).reshape(B, Hkv, G, 1, D)
+                full = A._full_mask(mask, B, Hkv, G, 1, L)
+                mk = None if full is None else full[..., head:head + N]
+                e1 = None
+                if backend and A._kernel_ok(qq, kp, vp, mk):
+                    try:
+                        f = A.fused_decode_partial(qq, kp, vp, ks.parts, vs.parts, mk, N, backend=backend)
+                        r = A._quantized_partial_mlx(qq, kp, vp, ks.parts, vs.parts, mk, N)
+                        e1 = rel(f[2] / f[1], r[2] / r[1])
+                    except Exception as e:
+                        e1 = float('nan'); log(f'   kernel failed: {type(e).__name__}: {str(e)[:2000]}')
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter('always')
+                    for _ in range(2): out = A.attend(q, ks, vs, scale=D ** -0.5, mask=mask, sinks=sinks)
+                ref = codec_attention(q, ks, vs, scale=D ** -0.5, mask=mask, sinks=sinks)
+                e2 = rel(out, ref)
+                g = A._guard(backend).state.get(A._decode_class(qq, kp, vp, ks.parts, vs.parts, mk, N)) if backend else None
+                gf = A._final_guard(backend).state.get(A._final_class(q, kp, vp, ks.parts, vs.parts, full, N, D ** -0.5)) if backend else None
+                if gf is not None: g = (g, f'final {gf}')
+                bad = (e1 is None and A._kernel_ok(qq, kp, vp, mk) and backend) or (e1 is not None and not e1 <= 1e-3) or not e2 <= 2e-3 or g is False or (isinstance(g, tuple) and (g[0] is False or g[1] == 'final False'))
+                worst = max(worst, e2)
+                tag = f'{name} B{B} Hkv{Hkv} G{G} D{D} N{N} seg({head},{tail}) mask{mi}'
+                if bad: failures.append(tag)
+                if True:
+                    log(f'{tag} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
+    log(f'cases failing: {len(failures)}; worst attend error {worst:.2e}')
+    for f in failures: log('  FAIL', f)
+
+# ------------------------------------------------------------------ timing helpers
+def bench(fn, inputs, calls=8, repeats=15):
+    "Median seconds per call: `calls` independent calls (rotating over `inputs`) in one mx.eval"
+    for _ in range(2): mx.eval([fn(*inputs[i % len(inputs)]) for i in range(calls)])
+    ts = []
+    for r in range(repeats):
+        t = time.perf_counter()
+        mx.eval([fn(*inputs[(r * calls + i) % len(inputs)]) for i in range(calls)])
+        ts.append((time.perf_counter() - t) / calls)
+    return float(np.median(ts))
+
+def copies_for(nbytes): return max(2, min(8, math.ceil(256e6 / max(nbytes, 1))))
+
+def nb(x):
+    if x is None: return 0
+    if isinstance(x, (tuple, list)): return sum(nb(y) for y in x)
+    return x.nbytes
+
+SCHEMES = {'affine:8,4': lambda D: (AffineCodec(8, 64), AffineCodec(4, 64)), 'affine:4': lambda D: (AffineCodec(4, 64), AffineCodec(4, 64)),
+           'turbo:4': lambda D: (TurboCodec(4), TurboCodec(4, seed=1)), 'turbo:3': lambda D: (TurboCodec(3), TurboCodec(3, seed=1))}
+
+def layer_table(Hq, Hkv, D, contexts, schemes, title):
+    log(f'\n## {title}: one layer, {Hq}/{Hkv} heads, d{D}, float16, one query token; ms per call (median), ratio = fp16 / scheme')
+    log('context | fp16 SDPA | ' + ' | '.join(schemes) + ' | max error vs reference')
+    for N in contexts:
+        k = mx.random.normal((1, Hkv, N, D)).astype(mx.float16); v = mx.random.normal((1, Hkv, N, D)).astype(mx.float16)
+        mx.eval(k, v)
+        c = copies_for(2 * k.nbytes)
+        base = [(mx.random.normal((1, Hq, 1, D)).astype(mx.float16), k + i * 1e-3, v) for i in range(c)]
+        mx.eval(base)
+        t16 = bench(lambda q, k, v: mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5), base)
+        del base
+        row, errs = [f'{t16 * 1e3:.3f}'], []
+        for name in schemes:
+            kc, vc = schemes[name](D)
+            ks, vs = CachedSide(kc, parts=kc.encode(k)), CachedSide(vc, parts=vc.encode(v))
+            mx.eval(ks.parts, vs.parts)
+            c = copies_for(nb(ks.parts) + nb(vs.parts))
+            ins = []
+            for i in range(c):
+                kk = CachedSide(kc, parts=tuple(p + 0 for p in ks.parts)) if i else ks
+                vv = CachedSide(vc, parts=tuple(p + 0 for p in vs.parts)) if i else vs
+                ins.append((mx.random.normal((1, Hq, 1, D)).astype(mx.float16), kk, vv))
+            mx.eval([(x[1].parts, x[2].parts) for x in ins])
+            q0 = ins[0][0]
+            out = A.attend(q0, ks, vs, scale=D ** -0.5); ref = codec_attention(q0, ks, vs, scale=D ** -0.5)
+            errs.append(rel(out, ref))
+            t = bench(lambda q, ks, vs: A.attend(q, ks, vs, scale=D ** -0.5), ins)
+            row.append(f'{t * 1e3:.3f} ({t16 / t:.2f}x)')
+            del ins, ks, vs
+        log(f'{N:,} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
+
+contexts = [int(x) for x in args.contexts.split(',')]
+if 'usweep' in only:
+    for u in (1, 2, 4):
+        A.U = u
+        layer_table(32, 8, 128, [4096, 131072], {k: SCHEMES[k] for k in ('affine:4', 'turbo:4')}, f'U={u} sweep')
+    A.U = 4
+if 'layer' in only:
+    layer_table(32, 8, 128, contexts, SCHEMES, '2. decode attention')
+if 'gemma' in only:
+    auto = {'auto:5-like kvq_turbo 5o/4o': lambda D: (calibrated(5, D, 0), calibrated(4, D, 1)),
+            'kvq_turbo 4/4 (centered, scaled)': lambda D: (calibrated(4, D, 0, False), calibrated(4, D, 1, False)),
+            'turbo:4': SCHEMES['turbo:4']}
+    layer_table(4, 1, 256, contexts, auto, "3. auto:5's codec kinds on the embedded Gemma's shape")
+
+# ------------------------------------------------------------------ whole model
+def llama_1b():
+    from mlx_lm.models import llama
+    a = llama.ModelArgs(model_type='llama', hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
+                        num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5, vocab_size=128256, rope_theta=500000.0,
+                        tie_word_embeddings=True, max_position_embeddings=131072 + 4096)
+    m = llama.Model(a); m.set_dtype(mx.float16); mx.eval(m.parameters())
+    return m
+
+def caches_for(model, kv):
+    from mlx_kvq import make_prompt_cache
+    return make_prompt_cache(model, kv=kv)
+
+if 'prefill' in only or 'model' in only:
+    model = llama_1b()
+    from mlx_kvq.integrate import install; install()
+
+if 'prefill' in only:
+    T, chunk = (4096 if args.quick else 16384), 2048
+    log(f'\n## 4. chunked prefill: random-weight Llama-3.2-1B shape (16 layers, 32/8 heads, d64, fp16), {T} tokens in chunks of {chunk}')
+    log('scheme | tokens/s | ratio vs fp16 | peak memory GB')
+    prompt = mx.random.randint(0, 1000, (1, T))
+    base = None
+    for kv in ['fp16', 'affine:8,4', 'affine:4', 'turbo:4', 'turbo:3']:
+        cache = caches_for(model, kv)
+        warm = caches_for(model, kv)   # warm up: one whole pass (kernels compile per shape on first use)
+        for s in range(0, T, chunk): mx.eval(model(prompt[:, s:s + chunk], cache=warm))
+        del warm
+        mx.clear_cache(); mx.reset_peak_memory()
+        t = time.perf_counter()
+        for s in range(0, T, chunk):
+            y = model(prompt[:, s:s + chunk], cache=cache); mx.eval(y, [c.state for c in cache])
+        dt = time.perf_counter() - t
+        peak = mx.get_peak_memory() / 1e9
+        tps = T / dt
+        base = base or tps
+        log(f'{kv} | {tps:,.0f} | {tps / base:.2f} | {peak:.2f}')
+        del cache; mx.clear_cache()
+
+if 'model' in only:
+    log('\n## 5. whole-model greedy decode: random-weight Llama-3.2-1B shape, caches filled with N random tokens, tokens/s')
+    log('context | ' + ' | '.join(['fp16', 'affine:8,4', 'affine:4', 'turbo:4', 'turbo:3']))
+    for N in [int(x) for x in args.model_contexts.split(',')]:
+        row, base = [], None
+        for kv in ['fp16', 'affine:8,4', 'affine:4', 'turbo:4', 'turbo:3']:
+            cache = caches_for(model, kv)
+            step = 8192
+            for s in range(0, N, step):
+                n = min(step, N - s)
+                for c in cache:
+                    c.update_and_fetch(mx.random.normal((1, 8, n, 64)).astype(mx.float16), mx.random.normal((1, 8, n, 64)).astype(mx.float16))
+                mx.eval([c.state for c in cache])
+            tok = mx.array([[1]])
+            for _ in range(3):
+                tok = mx.argmax(model(tok, cache=cache)[:, -1:], -1); mx.eval(tok)
+            steps = 16 if args.quick else 32
+            t = time.perf_counter()
+            for _ in range(steps):
+                tok = mx.argmax(model(tok, cache=cache)[:, -1:], -1); mx.eval(tok)
+            tps = steps / (time.perf_counter() - t)
+            base = base or tps
+            row.append(f'{tps:.1f} ({tps / base:.2f}x)')
+            del cache; mx.clear_cache()
+        log(f'{N:,} | ' + ' | '.join(row))
+log('# done')
