@@ -3,9 +3,10 @@
 `import mlx_kvq` makes every mlx_kvq cache class known to mlx-lm's prompt-cache files, registers the scheme
 families (`auto:B`) and installs the attention dispatch (caches that own their attention get it; all others keep
 mlx-lm's function). The package is built in layers (imports only go down; `tests/test_layers.py` checks it):
-math (codebook, rotation, packing) < codecs and attention (codecs, turbo_codec, calibrated) < caches (qcache,
-turboquant, kvsplit, batch, planned, mla_guard, dsv4) < schemes and policy (schemes, dispatch, integrate) <
-tools (models, eval, recipe, pareto, tiny, cli)."""
+math (codebook, rotation, packing) < codecs and attention (codecs, turbo_codec, calibrated, attention_kernels,
+attention) < caches (contract, qcache, turboquant, kvsplit, batch, planned, mla_guard, dsv4_cache, dsv4, dsv4_model)
+< schemes and policy (schemes, dispatch, integrate) < tools (models, eval, recipe, auto, pareto, tiny, distributed,
+cli, bench, serve, bench_serve)."""
 __version__ = "0.1.0"
 
 import warnings as _warnings
