@@ -13,7 +13,7 @@ import numpy as np
 import mlx.core as mx
 
 from .packing import GuardedKernel, kernel_backend
-from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, _gqa_mask, _segments
+from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
 from .attention_kernels import NT, U, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk
@@ -398,13 +398,7 @@ def _guard(backend):
 # %% ../nbs/03b_attention.ipynb #aa7caf16
 def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, sinks=None):
     "Scaled dot-product attention of `queries` (B, Hq, Lq, D) over quantized `keys` / `values`: the fast path of `codec_attention`"
-    B, Hq, Lq, D = queries.shape
-    ksegs, vsegs = _segments(keys), _segments(values)
-    if [n for *_, n in ksegs] != [n for *_, n in vsegs]:
-        raise ValueError("keys and values of a quantized cache disagree on their token layout")
-    Hkv = keys.shape[1]
-    if Hq % Hkv: raise ValueError(f"{Hq} query heads are not a multiple of {Hkv} key/value heads")
-    G = Hq // Hkv
+    B, Hq, Lq, D, ksegs, vsegs, Hkv, G = attention_layout(queries, keys, values)
     kplan = side_plan(keys.codec, D) if keys.n_quantized else None
     vplan = side_plan(values.codec, _value_dim(values, D)) if values.n_quantized else None
     if (keys.n_quantized and (kplan is None or vplan is None)):

@@ -12,7 +12,7 @@ from mlx_lm.models.cache import create_attention_mask
 
 # %% auto #0
 __all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
-           'codec_attention']
+           'attention_layout', 'codec_attention']
 
 # %% ../nbs/02a_codecs.ipynb #cd549b98
 CODECS = {}
@@ -158,8 +158,8 @@ def _segments(side):
     if side.tail is not None and side.tail.shape[-2]: segs.append(('exact', side.tail, side.tail.shape[-2]))
     return segs
 
-def codec_attention(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, sinks=None):
-    "Scaled dot-product attention of `queries` (B, Hq, Lq, D) over quantized `keys` / `values`"
+def attention_layout(queries, keys: CachedSide, values: CachedSide):
+    "`(B, Hq, Lq, D, key segments, value segments, Hkv, G)` of an attention call, checked (shared by every attention path)"
     B, Hq, Lq, D = queries.shape
     ksegs, vsegs = _segments(keys), _segments(values)
     if [n for *_, n in ksegs] != [n for *_, n in vsegs]:
@@ -167,6 +167,11 @@ def codec_attention(queries, keys: CachedSide, values: CachedSide, *, scale, mas
     Hkv = keys.shape[1]
     if Hq % Hkv: raise ValueError(f"{Hq} query heads are not a multiple of {Hkv} key/value heads")
     G = Hq // Hkv
+    return B, Hq, Lq, D, ksegs, vsegs, Hkv, G
+
+def codec_attention(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, sinks=None):
+    "Scaled dot-product attention of `queries` (B, Hq, Lq, D) over quantized `keys` / `values`"
+    B, Hq, Lq, D, ksegs, vsegs, Hkv, G = attention_layout(queries, keys, values)
     q = (queries * scale).reshape(B, Hkv, G, Lq, D)
     blocks = []
     for kind, data, n in ksegs:
