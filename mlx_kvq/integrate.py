@@ -284,6 +284,9 @@ def apply_mla_scheme(caches: list, scheme, *, report=None, model=None, layers=No
     parse_mla_scheme(scheme, group_size=group_size, seed=seed)             # bad schemes raise before any change
     kw = dict(group_size=group_size, window=window, quantized_kv_start=quantized_kv_start, seed=seed)
     info = mla_info(model) if model is not None else None
+    latent = parse_mla_scheme(scheme, group_size=group_size, seed=seed)
+    if latent is not None and info is not None and info.uses_mla and info.kv_lora_rank:
+        latent.check_dim(info.kv_lora_rank)        # e.g. a group size the latent width does not divide: refused now
     item = _model_itemsize(model, info) if info is not None and info.uses_mla else None
     def visit(c):
         if isinstance(c, CacheList):
