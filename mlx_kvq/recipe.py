@@ -24,7 +24,8 @@ from .dispatch import install
 from .schemes import register_scheme_family
 from .integrate import cache_report, log, _check_int, bits_per_value, kv_bytes
 from .models import pydoc_text, cache_dir, embedded_tokenizer
-from .eval import passkey_prompt, greedy_continue, passkey_answer, _encode
+from .eval import (passkey_prompt, greedy_continue, passkey_answer, _encode, bits_full_layers, holds_all_tokens,
+                          values_per_token)
 
 # %% auto #0
 __all__ = ['RECIPE_VERSION', 'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
@@ -190,25 +191,11 @@ def reference(model, tokens, *, chunk=256, score_from=None, path=None) -> Refere
     return ref
 
 # %% ../nbs/12_recipe.ipynb #5691a3cc
-def _values_per_token(model) -> list:
-    "Per layer, KV elements one token adds (n_kv_heads * (k_dim + v_dim)); None for layers without keys/values"
-    caches = _base_caches(model)
-    mx.eval(_body(model)(mx.array([[0]]), cache=caches))
-    out = []
-    for c in caches:
-        k, v = getattr(c, 'keys', None), getattr(c, 'values', None)
-        out.append(k.shape[1] * (k.shape[-1] + v.shape[-1]) if isinstance(k, mx.array) and isinstance(v, mx.array) else None)
-    return out
-
 def _stored(c, n) -> int:
     "Tokens a layer's cache holds after `n` tokens: all of them, or what a sliding layer's buffer holds"
     if not isinstance(getattr(c, 'max_size', None), int): return n
     k = c.keys
     return 0 if k is None else min(n, int(k.shape[2]))      # an array or kvsplit's Parts (B, H, L, w)
-
-def _holds_all(c) -> bool:
-    m = getattr(c, 'max_size', None)
-    return not (isinstance(m, int) and c.offset > m)
 
 def caches_key(caches) -> str:
     "A string naming what a list of caches stores (their configurations; class names for mlx-lm's own)"
@@ -239,9 +226,7 @@ def score_caches(model, ref: Reference, caches, *, store=None, name=None) -> dic
         ag = mx.argmax(r, axis=-1) == mx.argmax(lp, axis=-1)
         mx.eval(k, nl, ag)
         kl.append(np.array(k)); nll.append(np.array(nl)); agree.append(np.array(ag))
-    vpt = _values_per_token(model)
-    full = [(c.nbytes, v) for c, v in zip(caches, vpt) if v and _holds_all(c)]
-    bpv = 8 * sum(b for b, _ in full) / (n * sum(v for _, v in full)) if full else float('nan')
+    bpv = bits_full_layers([c.nbytes for c in caches], [holds_all_tokens(c) for c in caches], values_per_token(model), n)
     bits_all = bits_per_value(caches, model)        # the package's one definition: every byte over every value held
     out = dict(kl=np.concatenate(kl), nll=np.concatenate(nll), agree=np.concatenate(agree), bits_per_value=bpv,
                bits_all=bits_all, kv_bytes=int(sum(c.nbytes for c in caches)), name=name, key=key)

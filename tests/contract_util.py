@@ -6,7 +6,8 @@ from hypothesis import settings, HealthCheck, Phase
 from mlx_lm.models import base as lm_base
 
 import mlx_kvq                                   # registers every cache class with mlx-lm
-from mlx_kvq.integrate import install
+from mlx_kvq.integrate import install, save_prompt_cache as kvq_save, load_prompt_cache as kvq_load
+from mlx_lm.models.cache import save_prompt_cache as lm_save, load_prompt_cache as lm_load
 
 install()
 _SDPA = getattr(lm_base, '_mlx_kvq_original_sdpa', lm_base.scaled_dot_product_attention)
@@ -80,3 +81,19 @@ BAD_TRIMS = [-1, -3, 2.5, True, '1', None]
 def tmpfile(name='c.safetensors'):
     d = tempfile.mkdtemp(prefix='kvq_contract_')
     return os.path.join(d, name)
+
+
+def round_trip(cache, kvq):
+    "`cache` saved and loaded again (mlx_kvq's files when `kvq`, else mlx-lm's); the loaded cache must equal it"
+    path, before = tmpfile(), snapshot(cache)
+    if kvq: kvq_save(path, [cache]); (c,) = kvq_load(path)
+    else: lm_save(path, [cache]); (c,) = lm_load(path)
+    assert type(c) is type(cache), f"{type(cache).__name__} came back as {type(c).__name__}"
+    assert same(before, snapshot(c)), "state changed through a save/load round trip"
+    return c
+
+
+def drop_array(path, key):
+    "Rewrite the prompt-cache file at `path` without its array `key` (metadata unchanged)"
+    arrays, meta = mx.load(path, return_metadata=True)
+    mx.save_safetensors(path, {k: v for k, v in arrays.items() if k != key}, meta)

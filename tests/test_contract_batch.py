@@ -149,12 +149,7 @@ class BatchMachine(RuleBasedStateMachine):
 
     @rule(kvq=st.booleans())
     def save_load(self, kvq):
-        path = tmpfile()
-        before = snapshot(self.c)
-        if kvq: kvq_save(path, [self.c]); (c,) = kvq_load(path)
-        else: lm_save(path, [self.c]); (c,) = lm_load(path)
-        assert type(c) is type(self.c) and same(before, snapshot(c))
-        self.c = c
+        self.c = round_trip(self.c, kvq)
 
     @invariant()
     def agree(self):

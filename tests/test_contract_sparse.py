@@ -76,12 +76,7 @@ class SparseMachine(RuleBasedStateMachine):
 
     @rule(kvq=st.booleans())
     def save_load(self, kvq):
-        path = tmpfile()
-        before = snapshot(self.c)
-        if kvq: kvq_save(path, [self.c]); (c,) = kvq_load(path)
-        else: lm_save(path, [self.c]); (c,) = lm_load(path)
-        assert type(c) is SparseKVCache and same(before, snapshot(c))
-        self.c = c
+        self.c = round_trip(self.c, kvq)
 
     @precondition(lambda self: self.c.ratio and self.codec != 'exact')
     @rule()

@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "mlx_kvq"
 LAYERS = {
     1: "codebook rotation packing",                                              # math
     2: "codecs turbo_codec calibrated attention attention_kernels",                                # codecs and attention over their parts
-    3: "contract qcache turboquant kvsplit batch planned mla_guard dsv4 dsv4_cache dsv4_attention dsv4_model",  # caches
+    3: "contract qcache turboquant kvsplit batch planned mla_guard dsv4 dsv4_cache dsv4_model",  # caches
     4: "schemes dispatch integrate",                                             # schemes and policy
     5: "models eval recipe auto pareto tiny distributed cli bench serve bench_serve __main__",   # tools (distributed imports recipe)
 }
