@@ -2,7 +2,7 @@
 with fp16 `mx.fast.scaled_dot_product_attention` (one layer), chunked prefill and whole-model decode.
 
 Usage (GPU machine, see /work/shared/gpu/README.md):
-    python3 bench/check_fused_cuda.py [--quick] [--only check,layer,gemma,prefill,model] [--out DIR]
+    python3 bench/check_fused_cuda.py [--quick] [--only variants,check,layer,gemma,prefill,model] [--out DIR]
 Writes DIR/check_fused_cuda.log (DIR defaults to $OUT or .)."""
 import argparse, math, os, platform, sys, time, warnings
 from datetime import datetime, timezone
@@ -18,10 +18,11 @@ from mlx_kvq.calibrated import CalibratedTurboCodec, HalfCodec
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--quick', action='store_true')
-ap.add_argument('--only', default='check,layer,gemma,prefill,model')
+ap.add_argument('--only', default='variants,check,layer,gemma,prefill,model')
 ap.add_argument('--out', default=os.environ.get('OUT', '.'))
 ap.add_argument('--contexts', default='4096,32768,131072')
 ap.add_argument('--model-contexts', default='32768,131072')
+ap.add_argument('--variant-contexts', default='4096,131072')
 args = ap.parse_args()
 only = set(args.only.split(','))
 os.makedirs(args.out, exist_ok=True)
@@ -177,11 +178,67 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
         log(f'{N:,} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
 
 contexts = [int(x) for x in args.contexts.split(',')]
-if 'usweep' in only:
-    for u in (1, 2, 4):
-        A.U = u
-        layer_table(32, 8, 128, [4096, 131072], {k: SCHEMES[k] for k in ('affine:4', 'turbo:4')}, f'U={u} sweep')
-    A.U = 4
+
+def set_variant(v):
+    "Kernel variant for the next calls: ('v1',) = the kernel before the register cut, else ('v2', U, CH_MAX, BLOCKS)"
+    import importlib.util
+    from mlx_kvq import attention_kernels as AK
+    if not hasattr(set_variant, 'orig'):
+        set_variant.orig = {k: getattr(A, k) for k in ('_decode_source', '_shared_bytes', '_chunk', '_chmax')}
+    if v[0] == 'v1':
+        spec = importlib.util.spec_from_file_location('_v1_kernels', os.path.join(os.path.dirname(__file__), '_v1_kernels.py'))
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        for k in set_variant.orig: setattr(A, k, getattr(m, k))
+        AK.U, AK.CH_MAX, AK.BLOCKS = 1, 1024, 600
+    else:
+        for k, f in set_variant.orig.items(): setattr(A, k, f)
+        AK.U, AK.CH_MAX, AK.BLOCKS = v[1], v[2], v[3]
+    A._KERNELS.clear(); A._GUARDS.clear()
+
+VARIANTS = [('v1',), ('v2', 1, 1024, 600), ('v2', 1, 512, 1200), ('v2', 2, 512, 1200), ('v2', 1, 256, 2400), ('v2', 2, 1024, 1200)]
+if 'variants' in only:
+    log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
+        'v1 = the kernel before the register cut; v2 U/CH_MAX/BLOCKS')
+    vres = {}
+    vctx = [int(x) for x in args.variant_contexts.split(',')]
+    for N in vctx:
+        Hq, Hkv, D = 32, 8, 128
+        k = mx.random.normal((1, Hkv, N, D)).astype(mx.float16); v = mx.random.normal((1, Hkv, N, D)).astype(mx.float16)
+        base = [(mx.random.normal((1, Hq, 1, D)).astype(mx.float16), k + i * 1e-3, v) for i in range(copies_for(2 * k.nbytes))]
+        mx.eval(base)
+        t16 = bench(lambda q, k, v: mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5), base)
+        del base
+        log(f'context {N:,}: fp16 SDPA {t16 * 1e3:.3f} ms')
+        log('variant | ' + ' | '.join(SCHEMES) + ' | max error vs reference')
+        ins_by = {}
+        for name in SCHEMES:
+            kc, vc = SCHEMES[name](D)
+            ks, vs = CachedSide(kc, parts=kc.encode(k)), CachedSide(vc, parts=vc.encode(v))
+            ins = [(mx.random.normal((1, Hq, 1, D)).astype(mx.float16), CachedSide(kc, parts=tuple(p + 0 for p in ks.parts)),
+                    CachedSide(vc, parts=tuple(p + 0 for p in vs.parts))) for i in range(copies_for(nb(ks.parts) + nb(vs.parts)))]
+            mx.eval([(x[1].parts, x[2].parts) for x in ins])
+            ins_by[name] = ins
+        for var in VARIANTS:
+            set_variant(var)
+            row, errs = [], []
+            for name, ins in ins_by.items():
+                q0, ks, vs = ins[0]
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter('always')
+                    out = A.attend(q0, ks, vs, scale=D ** -0.5)
+                ref = codec_attention(q0, ks, vs, scale=D ** -0.5)
+                e = rel(out, ref); errs.append(e)
+                if w or not e <= 2e-3: failures.append(f'variant {var} {name} N{N}: error {e:.2e} {[str(x.message)[:200] for x in w]}'); log('  FAIL', failures[-1])
+                t = bench(lambda q, ks, vs: A.attend(q, ks, vs, scale=D ** -0.5), ins)
+                vres.setdefault((var, N), []).append(t16 / t)
+                row.append(f'{t * 1e3:.3f} ({t16 / t:.2f}x)')
+            log(f'{"/".join(map(str, var))} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
+        del ins_by, k, v
+    ok = [var for var in VARIANTS if var[0] == 'v2' and not any(f'variant {var}' in f for f in failures)]
+    if ok:
+        best = max(ok, key=lambda var: float(np.mean(vres[(var, vctx[-1])])) + 0.25 * float(np.mean(vres[(var, vctx[0])])))
+        log(f'# chosen for the sections below: {best}')
+        set_variant(best)
 if 'layer' in only:
     layer_table(32, 8, 128, contexts, SCHEMES, '2. decode attention')
 if 'gemma' in only:

@@ -16,7 +16,7 @@ from .packing import GuardedKernel, kernel_backend
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, U, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'unpack_codes', 'fused_decode_partial', 'fused_decode', 'attend']
@@ -236,7 +236,7 @@ def _kernel_ok(q, kplan, vplan, mask):
 _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None):
     "(decode kernel, its input names) for this configuration, built once"
-    key = (backend, kplan.signature(), vplan.signature(), G, U, qprep)
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]

@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U']
+__all__ = ['NT', 'U', 'CH_MAX', 'BLOCKS']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -30,6 +30,7 @@ _PRELUDE = {
 #define KVQ_EXP(x) expf(x)
 #define KVQ_MAX(a, b) fmaxf((a), (b))
 #define KVQ_NEG_INF (__int_as_float(0xff800000))
+#define KVQ_U64 unsigned long long
 """,
     'metal': r"""
 #define KVQ_SHFL(v, o) simd_shuffle_xor((v), (ushort)(o))
@@ -45,6 +46,7 @@ _PRELUDE = {
 #define KVQ_EXP(x) metal::exp(x)
 #define KVQ_MAX(a, b) metal::max((a), (b))
 #define KVQ_NEG_INF (-INFINITY)
+#define KVQ_U64 ulong
 """}
 
 def _nslices(n): return -(-n // 32)
@@ -112,22 +114,32 @@ def _key_band(plan, i, b, first, toff, G, q4=False):
         }}
     }}"""
 
+def _sub(plan):
+    "Codes per value thread: 8 when every band has <= 4 bits, else 4 (so a thread's codes span at most two words)"
+    return 8 if max(b.bits for b in plan.bands) <= 4 else 4
+
 def _value_band(plan, i, b, first, toff, GV):
-    aff = b.table is None
+    "Source: one token's `SUB` codes (sub-slice `q` of slice `sl`) of band `i`, weighted into acc[GV][SUB]"
+    aff, SUB = b.table is None, _sub(plan)
+    grp = f"(jj * 32 + q * {SUB}) / {b.group_size}" if aff else "0"
+    def sc(nm): return f"(float)v{nm}{i}[b * v{nm}{i}_strides[0] + h * v{nm}{i}_strides[1] + (long)n * v{nm}{i}_strides[2] + ({grp}) * v{nm}{i}_strides[3]]"
     cv = "(float)c" if aff else f"vtab_s[{toff} + c]"
-    bias = f"for (int gg = 0; gg < {GV}; ++gg) accb[gg] += p[u][gg] * s2[u];" if aff else ""
-    return "{" + _load('v', i, b).replace('{first}', str(first)) + f"""
+    bias = f"const float s2 = {sc('z')}; for (int gg = 0; gg < {GV}; ++gg) accb[gg] += p[gg] * s2;" if aff else ""
+    return f"""{{
+        const int jj = sl - {first}, off = q * {SUB * b.bits}, wi = jj * {b.bits} + (off >> 5), sh = off & 31;
+        const KVQ_DEV uint32_t* wp = vw{i} + b * vw{i}_strides[0] + h * vw{i}_strides[1] + (long)n * vw{i}_strides[2];
+        const uint32_t w0 = wi < {b.n_words} ? wp[wi * vw{i}_strides[3]] : 0u;
+        const uint32_t w1 = (sh + {SUB * b.bits} > 32 && wi + 1 < {b.n_words}) ? wp[(wi + 1) * vw{i}_strides[3]] : 0u;
+        const KVQ_U64 x = ((((KVQ_U64)w1) << 32) | (KVQ_U64)w0) >> sh;
+        const float s1 = {sc('g')};
+        {bias}
+        float pw[{GV}];
+        for (int gg = 0; gg < {GV}; ++gg) pw[gg] = p[gg] * s1;
         #pragma unroll
-        for (int u = 0; u < U; ++u) {{
-            float pw[{GV}];
-            for (int gg = 0; gg < {GV}; ++gg) pw[gg] = p[u][gg] * s1[u];
-            {bias}
-            #pragma unroll
-            for (int k = 0; k < 32; ++k) {{
-                {_code(b)}
-                const float cv = {cv};
-                for (int gg = 0; gg < {GV}; ++gg) acc[gg][k] += pw[gg] * cv;
-            }}
+        for (int k = 0; k < {SUB}; ++k) {{
+            const uint32_t c = ((uint32_t)(x >> (k * {b.bits}))) & {(1 << b.bits) - 1}u;
+            const float cv = {cv};
+            for (int gg = 0; gg < {GV}; ++gg) acc[gg][k] += pw[gg] * cv;
         }}
     }}"""
 
@@ -158,6 +170,8 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     CHMAX = _chmax(G)
     kaff = kplan.bands[0].table is None
     vb = [_value_band(vplan, i, b, vfirst[i], vtoff[i], GV) for i, b in enumerate(vplan.bands)]
+    SUB = _sub(vplan); VTSP = _pow2(VNS * (32 // SUB))
+    vbranch = vb[0] if len(vb) == 1 else f"if (sl < {vfirst[1]}) {vb[0]} else {vb[1]}"
     q4 = backend == 'cuda' and G % 4 == 0
     kb = [_key_band(kplan, i, b, kfirst[i], ktoff[i], G, q4) for i, b in enumerate(kplan.bands)]
     return _PRELUDE[backend] + f"""
@@ -170,7 +184,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
     KVQ_SHARED float qsum[{KNS * G}];
     KVQ_SHARED float sc[CHMAX * G];
-    KVQ_SHARED float red[{_NW * VNSP * GV * 32}];
+    KVQ_SHARED float red[{GV * _sub(vplan) * NT}];
     KVQ_SHARED float stat[2 * G];
     KVQ_SHARED float ktab_s[{KT}];
     KVQ_SHARED float vtab_s[{VT}];
@@ -220,38 +234,30 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
         if (lane == 0) {{ stat[2 * g] = m; stat[2 * g + 1] = l; }}
     }}
     KVQ_SYNC();
-    {{  // 3. weighted values: thread (token lane, slice j) accumulates {GV} heads x 32 dims, then a block reduction
-        constexpr int NTL = {NT // VNSP};
-        const int j = tid % {VNSP}, tl = tid / {VNSP};
+    {{  // 3. weighted values: thread (token lane, sub-slice of SUB codes) accumulates {GV} heads x SUB dims, then a block sum
+        constexpr int SUB = {SUB}, NSUB = 32 / SUB, VTS = {VNS} * NSUB, VTSP = {VTSP}, NTL = {NT} / VTSP;
+        const int j = tid % VTSP, tl = tid / VTSP, sl = j / NSUB, q = j - sl * NSUB;
         for (int g0 = 0; g0 < G; g0 += {GV}) {{
-            float acc[{GV}][32];
+            float acc[{GV}][SUB];
             float accb[{GV}];
-            for (int gg = 0; gg < {GV}; ++gg) {{ accb[gg] = 0.0f; for (int k = 0; k < 32; ++k) acc[gg][k] = 0.0f; }}
-            if (j < {VNS}) {{
-                for (int tt = tl; tt < CH && t0 + tt < N; tt += NTL * U) {{
-                    const int n0 = t0 + tt;
-                    float p[U][{GV}];
-                    for (int u = 0; u < U; ++u) {{
-                        const int t = tt + u * NTL;
-                        for (int gg = 0; gg < {GV}; ++gg) p[u][gg] = (t < CH && g0 + gg < G) ? sc[t * G + g0 + gg] : 0.0f;
-                    }}
-                    {_branches(vb, vfirst)}
+            for (int gg = 0; gg < {GV}; ++gg) {{ accb[gg] = 0.0f; for (int k = 0; k < SUB; ++k) acc[gg][k] = 0.0f; }}
+            if (j < VTS) {{
+                for (int tt = tl; tt < CH && t0 + tt < N; tt += NTL) {{
+                    const int n = t0 + tt;
+                    float p[{GV}];
+                    for (int gg = 0; gg < {GV}; ++gg) p[gg] = g0 + gg < G ? sc[tt * G + g0 + gg] : 0.0f;
+                    {vbranch}
                 }}
             }}
-            for (int off = {VNSP}; off < 32; off <<= 1)
-                for (int gg = 0; gg < {GV}; ++gg) {{
-                    accb[gg] += KVQ_SHFL(accb[gg], off);
-                    for (int k = 0; k < 32; ++k) acc[gg][k] += KVQ_SHFL(acc[gg][k], off);
-                }}
-            if (lane < {VNSP})
-                for (int gg = 0; gg < {GV}; ++gg)
-                    for (int k = 0; k < 32; ++k) red[((warp * {VNSP} + j) * {GV} + gg) * 32 + k] = acc[gg][k] + accb[gg];
+            for (int gg = 0; gg < {GV}; ++gg)
+                for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * {NT} + tid] = acc[gg][k] + accb[gg];
             KVQ_SYNC();
-            for (int i = tid; i < {VNSP * GV * 32}; i += {NT}) {{
+            for (int i = tid; i < VTS * {GV} * SUB; i += {NT}) {{
+                const int jv = i % VTS, gk = i / VTS, gg = gk / SUB, k = gk - gg * SUB;
                 float a = 0.0f;
-                for (int w2 = 0; w2 < {_NW}; ++w2) a += red[w2 * {VNSP * GV * 32} + i];
-                const int jj = i / {GV * 32}, gg = (i / 32) % {GV}, k = i & 31;
-                if (jj < {VNS} && g0 + gg < G) o[(((long)r * S + sp) * G + g0 + gg) * {VDP} + jj * 32 + k] = a;
+                for (int l2 = 0; l2 < NTL; ++l2) a += red[gk * {NT} + l2 * VTSP + jv];
+                const int slv = jv / NSUB, qv = jv - slv * NSUB;
+                if (g0 + gg < G) o[(((long)r * S + sp) * G + g0 + gg) * {VDP} + slv * 32 + qv * SUB + k] = a;
             }}
             KVQ_SYNC();
         }}
@@ -297,13 +303,18 @@ def _combine_source(backend, finish=None):
 def _shared_bytes(kplan, vplan, G):
     KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
     GV = min(G, 4)
-    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _NW * _pow2(VNS) * GV * 32 + 2 * G
+    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + GV * _sub(vplan) * NT + 2 * G
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
-def _chmax(G): return 4096 // G // 32 * 32
+CH_MAX = 1024           # most tokens per thread block
+BLOCKS = 600            # thread blocks a decode call aims for (rows x chunks)
+
+def _variant(): return (U, CH_MAX)
+
+def _chmax(G): return min(CH_MAX, 4096 // G // 32 * 32)
 
 def _chunk(n, R, G):
     "Tokens per thread block: enough blocks to fill the GPU, at most 1024 (and the score buffer <= 4096 floats)"
-    ch = -(-n * R // 600)
+    ch = -(-n * R // BLOCKS)
     ch = -(-ch // 32) * 32
-    return int(max(64, min(ch, 1024, _chmax(G))))
+    return int(max(64, min(ch, _chmax(G))))

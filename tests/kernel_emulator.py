@@ -1,0 +1,166 @@
+"""Run mlx_kvq's generated flash-decoding kernel (the CUDA/Metal source of mlx_kvq.attention_kernels) on the CPU:
+the same source compiled as C++ with 128 threads per block (std::thread), barriers for `KVQ_SYNC` and a per-warp exchange
+for the shuffles, blocks one after another. It proves the kernel's index and bit arithmetic against the blockwise
+reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the real thing).
+
+    python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
+tests/test_kernel_emulation.py runs it in the test suite."""
+import ctypes, hashlib, os, subprocess, sys, tempfile
+import numpy as np
+import mlx.core as mx
+
+from mlx_kvq import attention as A
+from mlx_kvq import attention_kernels as AK
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.calibrated import CalibratedTurboCodec
+
+PRE = r"""
+#include <cmath>
+#include <cstdint>
+#include <barrier>
+#include <thread>
+#include <vector>
+struct float4 { float x, y, z, w; };
+struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
+static thread_local int g_tid;
+static int g_bx, g_by;
+static std::barrier<>* g_bar;
+static std::barrier<>* g_wbar[4];
+static float g_slot[128];
+static float kvq_shfl(float v, int o) {
+    g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
+    float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
+"""
+MACROS = r"""
+#define KVQ_SHFL(v, o) kvq_shfl((v), (o))
+#define KVQ_SYNC() g_bar->arrive_and_wait()
+#define KVQ_SHARED static
+#define KVQ_DEV
+#define KVQ_ALIGN16 __attribute__((aligned(16)))
+#define KVQ_TID g_tid
+#define KVQ_BX g_bx
+#define KVQ_BY g_by
+#define KVQ_NTHREADS 128
+#define KVQ_EXP(x) expf(x)
+#define KVQ_MAX(a, b) fmaxf((a), (b))
+#define KVQ_NEG_INF (-INFINITY)
+#define KVQ_U64 unsigned long long
+"""
+_LIBS = {}
+
+def _strip(src):
+    "The kernel body without the backend prelude (its #defines)"
+    return '\n'.join(l for l in src.split('\n') if not l.startswith('#define'))
+
+def build(kplan, vplan, G, qprep):
+    src = _strip(AK._decode_source(kplan, vplan, G, 'cuda', qprep))
+    ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
+    if kplan.kind == 'affine': ins.append('kz0')
+    ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
+    if vplan.kind == 'affine': ins.append('vz0')
+    ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
+    ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
+    params, args, cparams = [], [], []
+    for n in ins:
+        params.append(f'const {ty(n)}* {n}'); cparams.append(f'const {ty(n)}* {n}'); args.append(n)
+        if n + '_strides' in src:
+            params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
+    code = PRE + "static void kernel(" + ', '.join(params + ['float* o', 'float* ml']) + ") {\n" + MACROS + src + "\n}\n"
+    code += 'extern "C" void launch(' + ', '.join(cparams + ['float* o', 'float* ml', 'int S', 'int R']) + ") {\n"
+    code += """    std::barrier<> bar(128); g_bar = &bar;
+    std::barrier<> w0(32), w1(32), w2(32), w3(32); g_wbar[0] = &w0; g_wbar[1] = &w1; g_wbar[2] = &w2; g_wbar[3] = &w3;
+    for (int by = 0; by < R; ++by) for (int bx = 0; bx < S; ++bx) {
+        g_bx = bx; g_by = by;
+        std::vector<std::thread> th;
+        for (int t = 0; t < 128; ++t) th.emplace_back([=]() { g_tid = t; kernel(""" + ', '.join(args + ['o', 'ml']) + """); });
+        for (auto& x : th) x.join();
+    }
+}
+"""
+    key = hashlib.sha1(code.encode()).hexdigest()[:16]
+    if key not in _LIBS:
+        d = tempfile.mkdtemp()
+        with open(f'{d}/k.cpp', 'w') as f: f.write(code)
+        r = subprocess.run(['g++', '-std=c++20', '-O1', '-shared', '-fPIC', '-pthread', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
+        if r.returncode: raise RuntimeError(r.stderr[-4000:])
+        _LIBS[key] = (ctypes.CDLL(f'{d}/k.so'), ins, src)
+    return _LIBS[key]
+
+def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
+    "(o, ml) of the decode kernel for prepared queries q (B, Hkv, G, 1, D) (qprep None), as `_run_decode` lays them out"
+    B, Hkv, G = q.shape[0], kparts[0].shape[1], q.shape[2]
+    R = B * Hkv
+    qk, kbias = A._band_queries(kplan, q)
+    if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: qcat = qk[0].reshape(R, G, -1)
+    else: qcat = mx.concatenate([A._pad_to(x[..., 0, :], 32 * A._nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
+    CH = AK._chunk(n, R, G); S = -(-n // CH)
+    VDP = 32 * sum(AK._side_layout(vplan)[0])
+    lib, ins, _ = build(kplan, vplan, G, qprep)
+    mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
+        np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
+    val = dict(q=np.ascontiguousarray(np.array(qcat, np.float32)), ktab=np.array(A._tables(kplan), np.float32),
+               vtab=np.array(A._tables(vplan), np.float32), mask=mk,
+               meta=np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32))
+    for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
+        for i, b in enumerate(plan.bands):
+            val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
+            if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
+    cargs = []
+    keep = []
+    for nm in ins:
+        a = np.ascontiguousarray(val[nm]); keep.append(a); cargs.append(a.ctypes.data_as(ctypes.c_void_p))
+        if nm + '_strides' in AK._decode_source(kplan, vplan, G, 'cuda', qprep):
+            st = np.array([s // a.itemsize for s in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
+    o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
+    lib.launch(*cargs, o.ctypes.data_as(ctypes.c_void_p), ml.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(S), ctypes.c_int(R))
+    # combine (as the combine kernel): log-sum-exp over the S chunks
+    m, l = ml[..., 0], ml[..., 1]
+    M = m.max(1, keepdims=True); M0 = np.where(np.isfinite(M), M, 0.0)
+    w = np.exp(m - M0); L = (w * l).sum(1); O = (w[..., None] * o).sum(1)
+    outs, off = [], 0
+    for b in vplan.bands:
+        outs.append(mx.array(O[..., off:off + b.n]).reshape(B, Hkv, G, 1, b.n)); off += 32 * A._nslices(b.n)
+    mm, ll = mx.array(M[:, 0]).reshape(B, Hkv, G, 1, 1), mx.array(L).reshape(B, Hkv, G, 1, 1)
+    if kbias is not None: mm = mm + kbias
+    return mm, ll, A._finish_values(vplan, outs, ll)
+
+def check(kc, vc, B, Hkv, G, D, n, masked, seed=0):
+    "Max error of the emulated kernel's attention output vs the blockwise reference, relative to the output's scale"
+    mx.random.seed(seed)
+    k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
+    q = mx.random.normal((B, Hkv, G, 1, D)) * D ** -0.5
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    kparts, vparts = kc.encode(k), vc.encode(v)
+    mask = (mx.random.uniform(shape=(B, 1, 1, 1, n)) > 0.3) if masked else None
+    m, l, o = emulate(q, kp, vp, kparts, vparts, mask, n)
+    rm, rl, ro = A._quantized_partial_mlx(q, kp, vp, kparts, vparts, mask, n)
+    y, ry = o / l, ro / rl
+    return (mx.abs(y - ry).max() / mx.abs(ry).max()).item()
+
+CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 700),
+         ('turbo:3', TurboCodec(3), TurboCodec(3, seed=1), 2, 1, 4, 128, 300),
+         ('turbo:2/5', TurboCodec(2), TurboCodec(5, seed=1), 1, 1, 2, 64, 257),
+         ('turbo:8/7', TurboCodec(8), TurboCodec(7, seed=1), 1, 1, 4, 96, 130),
+         ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 700),
+         ('affine:3 g64 / affine:6 g32', AffineCodec(3, 64), AffineCodec(6, 32), 1, 1, 8, 256, 200),
+         ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 300)]
+
+def calibrated_pair(D):
+    "Two calibrated turbo codecs (centered, scaled, an outlier band of 5 bits): the codec kinds of auto:B"
+    rng = np.random.default_rng(0)
+    mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3,
+                                        scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)
+    return mk(0), mk(1)
+
+if __name__ == '__main__':
+    worst = 0
+    for name, kc, vc, B, Hkv, G, D, n in CASES:
+        if kc is None: kc, vc = calibrated_pair(D)
+        for masked in (False, True):
+            e = check(kc, vc, B, Hkv, G, D, n, masked)
+            worst = max(worst, e)
+            print(f"{name:28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error {e:.2e}", flush=True)
+    print(f"worst {worst:.2e}")
+    sys.exit(0 if worst <= 1e-4 else 1)
