@@ -12,6 +12,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache
+from mlx_lm.generate import generate_step
 
 from .integrate import make_prompt_cache, parse_scheme, probe_kv_shapes, bits_per_value
 from .dispatch import scaled_dot_product_attention
@@ -19,7 +20,8 @@ from .models import load
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
 
 # %% auto #0
-__all__ = ['layer_model', 'bench_caches', 'bench', 'bench_table', 'bench_header', 'run_bench']
+__all__ = ['MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench', 'bench_table', 'bench_header', 'shape_model', 'decode_bench',
+           'decode_table', 'run_bench']
 
 # %% ../nbs/11b_bench.ipynb #40727240
 def _bench_scheme(text: str):
@@ -151,6 +153,72 @@ def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=No
             f"MLX {mx.__version__} {'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; median of {repeats} x "
             f"{calls} calls per eval; {datetime.date.today().isoformat()}")
 
+# %% ../nbs/11b_bench.ipynb #e199674f
+MODEL_SHAPES = {   # mlx-lm llama ModelArgs of public model shapes (random weights), and a tiny one for tests
+    'llama-3.2-1b': dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
+                         head_dim=64, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True),
+    'llama-3.2-3b': dict(hidden_size=3072, num_hidden_layers=28, intermediate_size=8192, num_attention_heads=24, num_key_value_heads=8,
+                         head_dim=128, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True),
+    'llama-3.1-8b': dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                         head_dim=128, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=False),
+    'tiny-llama': dict(hidden_size=256, num_hidden_layers=2, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=64, vocab_size=512, rope_theta=10000.0, tie_word_embeddings=True)}
+
+def shape_model(name: str, dtype=mx.float16, seed: int = 0):
+    "A random-weight mlx-lm llama of a named shape (`MODEL_SHAPES`)"
+    if name not in MODEL_SHAPES:
+        raise CliError(f"unknown model shape {name!r}: use one of {', '.join(MODEL_SHAPES)}, 'embedded', or a local mlx-lm model directory")
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs(model_type='llama', rms_norm_eps=1e-5, **MODEL_SHAPES[name]))
+    model.set_dtype(dtype); mx.eval(model.parameters())
+    return model
+
+def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(1024,), *, steps: int = 32, warmup: int = 3,
+                 dtype=None, group_size: int = 64, seed: int = 0, progress=None) -> list[dict]:
+    """Greedy decode tokens/s of `model` with every cache layer filled to each context, per scheme, with fp16 first as the
+    reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value)"""
+    parsed = [(s, _bench_scheme(s)) for s in schemes]
+    if steps < 1: raise CliError(f"--steps must be 1 or more, got {steps}")
+    for c in contexts:
+        if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
+    if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
+    shapes = probe_kv_shapes(model) or {}
+    parsed.sort(key=lambda p: p[1] != "fp16")
+    rows = []
+    for context in contexts:
+        context, base = int(context), None
+        for name, scheme in parsed:
+            caches = bench_caches(model, scheme, group_size=group_size)
+            for i, c in enumerate(caches):
+                got = shapes.get(str(i))
+                if got is None or got[1] is None:
+                    raise CliError(f"cache layer {i} ({type(c).__name__}) has no plain key/value shape to fill: whole-model decode "
+                                   "needs every layer's cache fillable with keys and values")
+                _fill(c, got[1][:3], context, dtype, seed + 7919 * i)
+            mx.random.seed(seed)
+            gen = generate_step(mx.array([1]), model, prompt_cache=caches, max_tokens=warmup + steps)
+            for _ in range(warmup): next(gen)
+            t0 = time.perf_counter()
+            for _ in range(steps): next(gen)
+            tps = steps / (time.perf_counter() - t0)
+            for _ in gen: pass
+            if scheme == "fp16": base = tps
+            rows.append(dict(context=context, scheme=name, tokens_per_s=tps, vs_fp16=None if base is None else tps / base,
+                             nbytes=sum(int(c.nbytes) for c in caches), bits_per_value=bits_per_value(caches, model, shapes),
+                             steps=steps, layers=len(caches)))
+            if progress: progress(rows[-1])
+            del caches, gen
+            mx.clear_cache()
+    return rows
+
+def decode_table(rows) -> str:
+    "The whole-model rows as a markdown table."
+    out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x | "
+                   f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} |")
+    return "\n".join(out)
+
 # %% ../nbs/11b_bench.ipynb #5ceb46de
 def _bench_arguments(p: argparse.ArgumentParser):
     p.add_argument("--kv", nargs="+", default=["fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"], metavar="SCHEME",
@@ -174,6 +242,10 @@ def _bench_arguments(p: argparse.ArgumentParser):
     p.add_argument("--rotate-mib", type=float, default=64, metavar="MIB",
                    help="rotate the calls over filled copies of the cache totalling at least this much (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of keys, values and queries (default: %(default)s)")
+    p.add_argument("--whole-model", default=None, metavar="SHAPE",
+                   help="whole-model greedy decode tokens/s instead of one attention call: a named shape with random weights "
+                        f"({', '.join(MODEL_SHAPES)}), 'embedded' (the embedded Gemma 3 270M) or a local mlx-lm model directory")
+    p.add_argument("--steps", type=_positive_int, default=32, metavar="N", help="timed decode steps per row with --whole-model (default: %(default)s)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and the header to PATH as JSON")
 
 def run_bench(args) -> int:
@@ -182,6 +254,7 @@ def run_bench(args) -> int:
     if args.heads % args.kv_heads:
         raise CliError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     dtype = None if args.dtype == "auto" else getattr(mx, args.dtype)
+    if args.whole_model is not None: return _run_whole_model(args, dtype)
     model = None
     if args.model is not None:
         model, _ = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
@@ -197,10 +270,32 @@ def run_bench(args) -> int:
         with open(args.json, "w") as f: json.dump(dict(header=header, rows=rows), f, indent=1)
     return 0
 
+def _run_whole_model(args, dtype) -> int:
+    "`mlx-kvq bench --whole-model SHAPE`: greedy decode tokens/s per scheme and context"
+    wm = args.whole_model
+    if wm not in MODEL_SHAPES and wm != "embedded" and not os.path.isdir(wm):
+        raise CliError(f"--whole-model {wm!r}: use one of {', '.join(MODEL_SHAPES)}, 'embedded', or a local mlx-lm model directory")
+    run_dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
+    model = shape_model(wm, run_dtype, args.seed) if wm in MODEL_SHAPES else load(None if wm == "embedded" else wm, dtype=run_dtype)[0]
+    blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
+    header = (f"whole-model greedy decode, {wm}{' (random weights)' if wm in MODEL_SHAPES else ''}, {str(run_dtype).split('.')[-1]}; "
+              f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, MLX {mx.__version__} "
+              f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; {args.steps} steps after {args.warmup} warm-up, "
+              f"mlx-lm generate_step; {datetime.date.today().isoformat()}")
+    print(header, flush=True)
+    rows = decode_bench(model, args.kv, args.context, steps=args.steps, warmup=args.warmup, dtype=run_dtype,
+                        group_size=args.kv_group_size, seed=args.seed, progress=lambda r: print(
+                            f"  {r['context']:>7,} {r['scheme']:<12} {r['tokens_per_s']:.1f} tok/s", file=sys.stderr, flush=True))
+    print(decode_table(rows))
+    if args.json:
+        with open(args.json, "w") as f: json.dump(dict(header=header, rows=rows), f, indent=1)
+    return 0
+
 register_command("bench", "decode attention latency and cache bytes vs context for KV-cache schemes",
                  _bench_arguments, run_bench,
                  "Time one decode step's attention (one query token against the whole cache) and count the cache's bytes "
                  "for each --kv scheme at each --context, on one attention layer (default 32 query / 8 KV heads, head "
                  "dim 128) or on every cache layer of --model; print a markdown table with ratios to fp16 and each "
                  "scheme's relative error against fp16 on the same keys. Warm-up first, several independent calls per "
-                 "mx.eval, median of --repeats.")
+                 "mx.eval, median of --repeats. With --whole-model: greedy decode tokens/s of a whole model (a named shape with random "
+                 "weights, the embedded Gemma or a local model directory) with every cache layer filled to each --context.")
