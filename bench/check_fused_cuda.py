@@ -68,7 +68,7 @@ if 'check' in only:
     for i, b in enumerate((2, 3, 4, 5, 6, 8)):
         gs = (32, 64, 128)[i % 3]
         cases.append((f'affine:{b},{b} g{gs}', lambda D, b=b, gs=gs: (AffineCodec(b, gs), AffineCodec(b, gs))))
-    cases += [('affine:8,4', lambda D: (AffineCodec(8), AffineCodec(4))), ('affine:1', lambda D: (AffineCodec(1, 32), AffineCodec(1, 32))),
+    cases += [('affine:8,4', lambda D: (AffineCodec(8), AffineCodec(4))),
               ('kvq_turbo 5o/4o', lambda D: (calibrated(5, D, 0), calibrated(4, D, 1))),
               ('kvq_turbo 3/3 no outliers', lambda D: (calibrated(3, D, 0, False), calibrated(3, D, 1, False))),
               ('turbo:4 / affine:4', lambda D: (TurboCodec(4), AffineCodec(4, 32))),
@@ -179,6 +179,9 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
 
 contexts = [int(x) for x in args.contexts.split(',')]
 
+from mlx_kvq import attention_kernels as _AK
+AK_DEFAULT = dict(U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS)
+
 def set_variant(v):
     "Kernel variant for the next calls: ('v1',) = the kernel before the register cut, else ('v2', U, CH_MAX, BLOCKS)"
     import importlib.util
@@ -189,16 +192,17 @@ def set_variant(v):
         spec = importlib.util.spec_from_file_location('_v1_kernels', os.path.join(os.path.dirname(__file__), '_v1_kernels.py'))
         m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
         for k in set_variant.orig: setattr(A, k, getattr(m, k))
-        AK.U, AK.CH_MAX, AK.BLOCKS = 1, 1024, 600
+        AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS = 1, 1, 1024, 600
     else:
         for k, f in set_variant.orig.items(): setattr(A, k, f)
-        AK.U, AK.CH_MAX, AK.BLOCKS = v[1], v[2], v[3]
-    A._KERNELS.clear(); A._GUARDS.clear()
+        AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS = v[1:]
+    A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
 
-VARIANTS = [('v1',), ('v2', 1, 1024, 600), ('v2', 1, 512, 1200), ('v2', 2, 512, 1200), ('v2', 1, 256, 2400), ('v2', 2, 1024, 1200)]
+VARIANTS = [('v1',), ('v2', 1, 1, 1024, 600), ('v2', 1, 4, 1024, 600), ('v2', 1, 4, 512, 1200), ('v2', 2, 4, 512, 1200),
+            ('v2', 2, 8, 512, 1200), ('v2', 2, 4, 256, 2400), ('v2', 1, 4, 1024, 1200)]
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
-        'v1 = the kernel before the register cut; v2 U/CH_MAX/BLOCKS')
+        'v1 = the kernel before the register cut; v2 U/UV/CH_MAX/BLOCKS')
     vres = {}
     vctx = [int(x) for x in args.variant_contexts.split(',')]
     for N in vctx:
@@ -233,6 +237,20 @@ if 'variants' in only:
                 vres.setdefault((var, N), []).append(t16 / t)
                 row.append(f'{t * 1e3:.3f} ({t16 / t:.2f}x)')
             log(f'{"/".join(map(str, var))} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
+        # where the time goes (default variant): the decode kernel alone, decode + combine, and reading the packed bytes once
+        set_variant(('v2', AK_DEFAULT['U'], AK_DEFAULT['UV'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']))
+        for name, ins in ins_by.items():
+            q0, ks, vs = ins[0]
+            kp, vp = A.side_plan(ks.codec, D), A.side_plan(vs.codec, D)
+            qk = A._finish_kind(kp)
+            if qk is None or A._finish_kind(vp) is None or backend != 'cuda': continue
+            A.attend(q0, ks, vs, scale=D ** -0.5)
+            t_dec = bench(lambda q, ks, vs: A._run_decode(q, kp, vp, ks.parts, vs.parts, None, N, 'cuda', qk, D ** -0.5)[:2], ins)
+            t_all = bench(lambda q, ks, vs: A.fused_decode(q, kp, vp, ks.parts, vs.parts, None, N, D ** -0.5), ins)
+            t_read = bench(lambda q, ks, vs: [mx.max(p.view(mx.uint32) if p.dtype == mx.uint32 else p) for p in (*ks.parts, *vs.parts)], ins)
+            nbytes = nb(ins[0][1].parts) + nb(ins[0][2].parts)
+            log(f'  {name} N{N:,}: decode kernel {t_dec * 1e3:.3f} ms, + combine {t_all * 1e3:.3f} ms, reading the {nbytes / 1e6:.0f} MB once '
+                f'(mx.max per part) {t_read * 1e3:.3f} ms = {nbytes / t_read / 1e12:.2f} TB/s; kernel at {nbytes / t_dec / 1e12:.2f} TB/s')
         del ins_by, k, v
     ok = [var for var in VARIANTS if var[0] == 'v2' and not any(f'variant {var}' in f for f in failures)]
     if ok:

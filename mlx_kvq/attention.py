@@ -16,7 +16,7 @@ from .packing import GuardedKernel, kernel_backend
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant, _fits
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'unpack_codes', 'lookup_decode', 'fused_decode_partial',
@@ -36,7 +36,9 @@ class _Plan:
     def __init__(self, kind, bands=(), mean=None, scale=None, order=None):
         self.kind, self.bands, self.mean, self.scale, self.order = kind, list(bands), mean, scale, order
     def signature(self):
-        return (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands))
+        got = self.__dict__.get('_sig')
+        if got is None: got = self._sig = (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands))
+        return got
 
 def side_plan(codec, dim):
     "The `_Plan` of `codec` for vectors of size `dim`, or None when only the reference can attend it (cached on the codec)"
@@ -239,7 +241,7 @@ def _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n):
 def _quantized_partial(q, kplan, vplan, kparts, vparts, mask, n):
     "Quantized segment: the fused decode kernel where verified, else the blockwise MLX path"
     backend = kernel_backend()
-    if backend is not None and q.shape[-2] == 1 and _kernel_ok(q, kplan, vplan, mask):
+    if backend is not None and q.shape[-2] == 1 and _fits(n, q.shape[2]) and _kernel_ok(q, kplan, vplan, mask):
         return _guard(backend)(q, kplan, vplan, kparts, vparts, mask, n)
     return _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n)
 
@@ -265,8 +267,14 @@ def _value_dim(values, D):
     return D
 
 # %% ../nbs/03b_attention.ipynb #3122e19a
+_OK = {}
 def _kernel_ok(q, kplan, vplan, mask):
-    "Whether the fused decode kernel takes this configuration (else the blockwise path, which takes everything)"
+    "Whether the fused decode kernel takes this configuration (else the blockwise path, which takes everything); cached per configuration"
+    key = (kplan.signature(), vplan.signature(), q.shape[2], None if mask is None else (mask.ndim, mask.shape[1:3] if mask.ndim >= 5 else None), _variant())
+    if key not in _OK: _OK[key] = _kernel_ok_of(q, kplan, vplan, mask)
+    return _OK[key]
+
+def _kernel_ok_of(q, kplan, vplan, mask):
     B, Hkv, G, Lq, D = q.shape
     for plan in (kplan, vplan):
         if plan.kind not in ('turbo', 'affine') or len(plan.bands) > 2: return False
@@ -450,7 +458,7 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
     backend = kernel_backend()
     if (backend is not None and Lq == 1 and len(ksegs) == 1 and kplan is not None and kplan.kind != 'exact' and vplan.kind != 'exact'
             and _fused_ok(queries, keys, values, kplan, vplan, full, sinks)
-            and _kernel_ok(queries.reshape(B, Hkv, G, Lq, D), kplan, vplan, full)):
+            and _fits(keys.n_quantized, G) and _kernel_ok(queries.reshape(B, Hkv, G, Lq, D), kplan, vplan, full)):
         return _final_guard(backend)(queries, kplan, vplan, keys.parts, values.parts, full, keys.n_quantized, scale)
     if backend is not None and Lq > 1 and _decoded_bytes(keys, values, D, queries.dtype) <= PREFILL_DECODE_BUDGET:
         return _prefill_sdpa(queries, keys, values, scale, mask, sinks)

@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'CH_MAX', 'BLOCKS']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CH_MAX', 'BLOCKS']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -53,7 +53,12 @@ def _nslices(n): return -(-n // 32)
 def _pow2(x): return 1 << max(0, (x - 1).bit_length())
 
 def _side_layout(plan):
-    "(slices per band, first slice of each band, table offset of each band, table size)"
+    "(slices per band, first slice of each band, table offset of each band, table size), cached on the plan"
+    got = plan.__dict__.get('_kvq_layout')
+    if got is None: got = plan.__dict__['_kvq_layout'] = _side_layout_of(plan)
+    return got
+
+def _side_layout_of(plan):
     sl = [_nslices(b.n) for b in plan.bands]
     first = [sum(sl[:i]) for i in range(len(sl))]
     toff, t = [], 0
@@ -61,7 +66,8 @@ def _side_layout(plan):
         toff.append(t); t += 0 if b.table is None else 1 << b.bits
     return sl, first, toff, max(t, 1)
 
-U = 1                    # tokens each thread loads before it computes (memory-level parallelism)
+U = 1                    # tokens each thread loads before it computes, scores (memory-level parallelism)
+UV = 4                   # the same for the weighted values
 
 def _load(pre, i, b):
     "Source: the words of slice `jj` of band `i` and the token's scalars for the U tokens n0 + u * NTL -> w[u][], s1[u] (s2[u])"
@@ -119,27 +125,43 @@ def _sub(plan):
     return 8 if max(b.bits for b in plan.bands) <= 4 else 4
 
 def _value_band(plan, i, b, first, toff, GV):
-    "Source: one token's `SUB` codes (sub-slice `q` of slice `sl`) of band `i`, weighted into acc[GV][SUB]"
+    "Source: the token loop of band `i` for sub-slice `q` of slice `sl`: UV tokens' words loaded, then weighted into acc[GV][SUB]"
     aff, SUB = b.table is None, _sub(plan)
     grp = f"(jj * 32 + q * {SUB}) / {b.group_size}" if aff else "0"
     def sc(nm): return f"(float)v{nm}{i}[b * v{nm}{i}_strides[0] + h * v{nm}{i}_strides[1] + (long)n * v{nm}{i}_strides[2] + ({grp}) * v{nm}{i}_strides[3]]"
     cv = "(float)c" if aff else f"vtab_s[{toff} + c]"
-    bias = f"const float s2 = {sc('z')}; for (int gg = 0; gg < {GV}; ++gg) accb[gg] += p[gg] * s2;" if aff else ""
+    bias = f"for (int gg = 0; gg < {GV}; ++gg) accb[gg] += p[u][gg] * s2[u];" if aff else ""
     return f"""{{
         const int jj = sl - {first}, off = q * {SUB * b.bits}, wi = jj * {b.bits} + (off >> 5), sh = off & 31;
-        const KVQ_DEV uint32_t* wp = vw{i} + b * vw{i}_strides[0] + h * vw{i}_strides[1] + (long)n * vw{i}_strides[2];
-        const uint32_t w0 = wi < {b.n_words} ? wp[wi * vw{i}_strides[3]] : 0u;
-        const uint32_t w1 = (sh + {SUB * b.bits} > 32 && wi + 1 < {b.n_words}) ? wp[(wi + 1) * vw{i}_strides[3]] : 0u;
-        const KVQ_U64 x = ((((KVQ_U64)w1) << 32) | (KVQ_U64)w0) >> sh;
-        const float s1 = {sc('g')};
-        {bias}
-        float pw[{GV}];
-        for (int gg = 0; gg < {GV}; ++gg) pw[gg] = p[gg] * s1;
-        #pragma unroll
-        for (int k = 0; k < {SUB}; ++k) {{
-            const uint32_t c = ((uint32_t)(x >> (k * {b.bits}))) & {(1 << b.bits) - 1}u;
-            const float cv = {cv};
-            for (int gg = 0; gg < {GV}; ++gg) acc[gg][k] += pw[gg] * cv;
+        const bool has0 = wi < {b.n_words}, has1 = sh + {SUB * b.bits} > 32 && wi + 1 < {b.n_words};
+        for (int tt0 = tl; tt0 < CH && t0 + tt0 < N; tt0 += NTL * UV) {{
+            uint32_t w0[UV], w1[UV];
+            float s1[UV], s2[UV], p[UV][{GV}];
+            #pragma unroll
+            for (int u = 0; u < UV; ++u) {{   // loads of UV tokens first: UV words in flight per thread
+                const int tt = tt0 + u * NTL;
+                const bool ok = tt < CH && t0 + tt < N;
+                const long n = ok ? t0 + tt : 0;
+                const KVQ_DEV uint32_t* wp = vw{i} + b * vw{i}_strides[0] + h * vw{i}_strides[1] + n * vw{i}_strides[2];
+                w0[u] = (ok && has0) ? wp[wi * vw{i}_strides[3]] : 0u;
+                w1[u] = (ok && has1) ? wp[(wi + 1) * vw{i}_strides[3]] : 0u;
+                s1[u] = ok ? {sc('g')} : 0.0f;
+                s2[u] = ok ? {sc('z') if aff else '0.0f'} : 0.0f;
+                for (int gg = 0; gg < {GV}; ++gg) p[u][gg] = (ok && g0 + gg < G) ? sc[tt * G + g0 + gg] : 0.0f;
+            }}
+            #pragma unroll
+            for (int u = 0; u < UV; ++u) {{
+                const KVQ_U64 x = ((((KVQ_U64)w1[u]) << 32) | (KVQ_U64)w0[u]) >> sh;
+                {bias}
+                float pw[{GV}];
+                for (int gg = 0; gg < {GV}; ++gg) pw[gg] = p[u][gg] * s1[u];
+                #pragma unroll
+                for (int k = 0; k < {SUB}; ++k) {{
+                    const uint32_t c = ((uint32_t)(x >> (k * {b.bits}))) & {(1 << b.bits) - 1}u;
+                    const float cv = {cv};
+                    for (int gg = 0; gg < {GV}; ++gg) acc[gg][k] += pw[gg] * cv;
+                }}
+            }}
         }}
     }}"""
 
@@ -235,20 +257,13 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     }}
     KVQ_SYNC();
     {{  // 3. weighted values: thread (token lane, sub-slice of SUB codes) accumulates {GV} heads x SUB dims, then a block sum
-        constexpr int SUB = {SUB}, NSUB = 32 / SUB, VTS = {VNS} * NSUB, VTSP = {VTSP}, NTL = {NT} / VTSP;
+        constexpr int SUB = {SUB}, NSUB = 32 / SUB, VTS = {VNS} * NSUB, VTSP = {VTSP}, NTL = {NT} / VTSP, UV = {UV};
         const int j = tid % VTSP, tl = tid / VTSP, sl = j / NSUB, q = j - sl * NSUB;
         for (int g0 = 0; g0 < G; g0 += {GV}) {{
             float acc[{GV}][SUB];
             float accb[{GV}];
             for (int gg = 0; gg < {GV}; ++gg) {{ accb[gg] = 0.0f; for (int k = 0; k < SUB; ++k) acc[gg][k] = 0.0f; }}
-            if (j < VTS) {{
-                for (int tt = tl; tt < CH && t0 + tt < N; tt += NTL) {{
-                    const int n = t0 + tt;
-                    float p[{GV}];
-                    for (int gg = 0; gg < {GV}; ++gg) p[gg] = g0 + gg < G ? sc[tt * G + g0 + gg] : 0.0f;
-                    {vbranch}
-                }}
-            }}
+            if (j < VTS) {vbranch}
             for (int gg = 0; gg < {GV}; ++gg)
                 for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * {NT} + tid] = acc[gg][k] + accb[gg];
             KVQ_SYNC();
@@ -265,25 +280,44 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
 
+SMAX = 4096              # most chunks per (row, head): the combine keeps their weights in shared memory
+
 def _combine_source(backend, finish=None):
-    "Merge the S chunk results of each (row, head): one block per (row, head), one thread per output coordinate. "
+    "Merge the S chunk results of each (row, head): one block per (row, head), one thread per output coordinate; the "
+    "chunks' max, weights and sum are block reductions, the weighted sum over chunks is each thread's. "
     "finish=None: unnormalized sums and (max, sum); 'plain' / 'rot': the attention output (inverse Walsh-Hadamard + signs for 'rot')"
-    head = _PRELUDE[backend] + """
+    head = _PRELUDE[backend] + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
-    const int d = KVQ_TID;
+    const int d = KVQ_TID, lane = d & 31, warp = d >> 5, NW = (VDP + 31) / 32;
     const long r = rg / G, g = rg - r * G;
+    KVQ_SHARED float wsh[{SMAX}];
+    KVQ_SHARED float part[32];
+    float m = KVQ_NEG_INF;
+    for (int s = d; s < S; s += VDP) m = KVQ_MAX(m, ml[((r * S + s) * G + g) * 2]);
+    for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
+    if (lane == 0) part[warp] = m;
+    KVQ_SYNC();
     float M = KVQ_NEG_INF;
-    for (int s = 0; s < S; ++s) M = KVQ_MAX(M, ml[((r * S + s) * G + g) * 2]);
+    for (int w2 = 0; w2 < NW; ++w2) M = KVQ_MAX(M, part[w2]);
     const float M0 = M == KVQ_NEG_INF ? 0.0f : M;
-    float L = 0.0f, O = 0.0f;
-    for (int s = 0; s < S; ++s) {
+    KVQ_SYNC();
+    float l = 0.0f;
+    for (int s = d; s < S; s += VDP) {{
         const long a = (r * S + s) * G + g;
         const float wgt = KVQ_EXP(ml[a * 2] - M0);
-        L += wgt * ml[a * 2 + 1];
-        O += wgt * o[a * VDP + d];
-    }
-    if (d == 0) { mlo[rg * 2] = M; mlo[rg * 2 + 1] = L; }
+        wsh[s] = wgt; l += wgt * ml[a * 2 + 1];
+    }}
+    for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
+    if (lane == 0) part[warp] = l;
+    KVQ_SYNC();
+    float L = 0.0f;
+    for (int w2 = 0; w2 < NW; ++w2) L += part[w2];
+    float O = 0.0f;
+    const KVQ_DEV float* op = o + (r * S * G + g) * VDP + d;
+    #pragma unroll 8
+    for (int s = 0; s < S; ++s) O += wsh[s] * op[(long)s * G * VDP];
+    if (d == 0) {{ mlo[rg * 2] = M; mlo[rg * 2 + 1] = L; }}
 """
     if finish is None: return head + "    out[rg * VDP + d] = O;\n"
     body = """    KVQ_SHARED float x[1024];
@@ -309,12 +343,16 @@ def _shared_bytes(kplan, vplan, G):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 600            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (U, CH_MAX)
+def _variant(): return (U, UV, CH_MAX)
 
 def _chmax(G): return min(CH_MAX, 4096 // G // 32 * 32)
 
+def _fits(n, G):
+    "Whether n tokens fit the kernels: at most SMAX chunks of at most `_chmax(G)` tokens"
+    return n <= SMAX * _chmax(G)
+
 def _chunk(n, R, G):
     "Tokens per thread block: enough blocks to fill the GPU, at most 1024 (and the score buffer <= 4096 floats)"
-    ch = -(-n * R // BLOCKS)
+    ch = max(-(-n * R // BLOCKS), -(-n // SMAX))
     ch = -(-ch // 32) * 32
     return int(max(64, min(ch, _chmax(G))))

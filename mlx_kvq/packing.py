@@ -259,6 +259,18 @@ def _kernel(backend, op):
                              input_names=ins, output_names=outs, source=src)
     return _KERNELS[key]
 
+_CONST = {}
+def _scaled(codebook, n, which):
+    "codebook.<which> scaled for dim n, built once per (codebook, n): no extra kernel per decode step"
+    key = (id(codebook), n, which)
+    if key not in _CONST: _CONST[key] = (codebook, mx.array(np.asarray(getattr(codebook, which), np.float32) * np.float32(codebook_scale(codebook, n))))
+    return _CONST[key][1]
+
+def _rows(rows):
+    key = ('rows', rows)
+    if key not in _CONST: _CONST[key] = (None, mx.array([rows], dtype=mx.int32))
+    return _CONST[key][1]
+
 def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
     "Fused quantize-and-pack on `backend` ('cuda' or 'metal'); same outputs as `quantize_pack_ref`"
     n, bits = x.shape[-1], codebook.bits
@@ -267,10 +279,10 @@ def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
     rotate = rotation.path == "hadamard" and rotation.m == 1 and 32 <= n
     if rotate: y, signs = x.astype(mx.float32), rotation.signs
     else: y, signs = rotation.forward(x), mx.ones((1,), dtype=mx.float32)
-    bnd = codebook.boundaries_mx * codebook_scale(codebook, n)
+    bnd = _scaled(codebook, n, 'boundaries')
     E = n // 32 if rotate else -(-n // 32)
     words, norms = _kernel(backend, "q")(
-        inputs=[y.reshape(rows, n), signs, bnd, mx.array([rows], dtype=mx.int32)],
+        inputs=[y.reshape(rows, n), signs, bnd, _rows(rows)],
         template=[("N", n), ("BITS", bits), ("W", W), ("E", E), ("ROTATE", rotate), ("WARPS", _WARPS)],
         grid=(-(-rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
         output_shapes=[(rows, W), (rows,)], output_dtypes=[mx.uint32, mx.float32])
@@ -279,9 +291,9 @@ def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
 def fused_dequantize_unpack(words, norms, codebook, n, backend="cuda"):
     "Fused unpack-and-dequantize on `backend`; same output as `dequantize_unpack_ref`"
     bits = codebook.bits; W = words.shape[-1]; lead = words.shape[:-1]; rows = math.prod(lead)
-    cent = codebook.centroids_mx * codebook_scale(codebook, n)
+    cent = _scaled(codebook, n, 'centroids')
     (out,) = _kernel(backend, "d")(
-        inputs=[words.reshape(rows, W), norms.reshape(rows).astype(mx.float32), cent, mx.array([rows], dtype=mx.int32)],
+        inputs=[words.reshape(rows, W), norms.reshape(rows).astype(mx.float32), cent, _rows(rows)],
         template=[("N", n), ("BITS", bits), ("W", W)],
         grid=(rows * n, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(rows, n)], output_dtypes=[mx.float32])

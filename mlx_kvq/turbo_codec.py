@@ -50,9 +50,15 @@ class TurboCodec(Codec):
                              "(e.g. kv='affine:8') or kv='fp16' for this model") from None
         self.dim = int(dim)
     @property
-    def rotation(self): return get_rotation(self.dim, self.seed)
+    def rotation(self):
+        key = (self.dim, self.seed)      # cached per instance: the decode loop asks for it every step
+        if self.__dict__.get('_rot_key') != key: self._rot, self._rot_key = get_rotation(self.dim, self.seed), key
+        return self._rot
     @property
-    def codebook(self): return sphere_codebook(self.dim, self.bits)
+    def codebook(self):
+        key = (self.dim, self.bits)
+        if self.__dict__.get('_cb_key') != key: self._cb, self._cb_key = sphere_codebook(self.dim, self.bits), key
+        return self._cb
     def bytes_per_token(self, dim): return 4 * packed_words(dim, self.bits) + 2
 
 # %% ../nbs/03_turbo_codec.ipynb #d4b0bc84

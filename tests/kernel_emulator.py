@@ -5,7 +5,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
-import ctypes, hashlib, os, subprocess, sys, tempfile
+import ctypes, hashlib, math, os, subprocess, sys, tempfile
 import numpy as np
 import mlx.core as mx
 
@@ -21,16 +21,18 @@ PRE = r"""
 #include <barrier>
 #include <thread>
 #include <vector>
+#include <memory>
 struct float4 { float x, y, z, w; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
 static thread_local int g_tid;
-static int g_bx, g_by;
+static int g_bx, g_by, g_nt;
 static std::barrier<>* g_bar;
-static std::barrier<>* g_wbar[4];
-static float g_slot[128];
+static std::vector<std::unique_ptr<std::barrier<>>> g_wbar;
+static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
+typedef float T;
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
@@ -41,7 +43,7 @@ MACROS = r"""
 #define KVQ_TID g_tid
 #define KVQ_BX g_bx
 #define KVQ_BY g_by
-#define KVQ_NTHREADS 128
+#define KVQ_NTHREADS g_nt
 #define KVQ_EXP(x) expf(x)
 #define KVQ_MAX(a, b) fmaxf((a), (b))
 #define KVQ_NEG_INF (-INFINITY)
@@ -53,27 +55,24 @@ def _strip(src):
     "The kernel body without the backend prelude (its #defines)"
     return '\n'.join(l for l in src.split('\n') if not l.startswith('#define'))
 
-def build(kplan, vplan, G, qprep):
-    src = _strip(AK._decode_source(kplan, vplan, G, 'cuda', qprep))
-    ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
-    if kplan.kind == 'affine': ins.append('kz0')
-    ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
-    if vplan.kind == 'affine': ins.append('vz0')
-    ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
-    ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
+def compile_kernel(source, ins, outs):
+    """A CPU build of a kernel body: `ins` are (name, C type) in MLX's order (a `NAME_strides` argument follows an input
+    whose strides the source reads), `outs` the output names (float). Returns launch(arrays..., outputs..., gx, gy, nthreads)."""
+    src = _strip(source)
     params, args, cparams = [], [], []
-    for n in ins:
-        params.append(f'const {ty(n)}* {n}'); cparams.append(f'const {ty(n)}* {n}'); args.append(n)
+    for n, ty in ins:
+        params.append(f'const {ty}* {n}'); cparams.append(f'const {ty}* {n}'); args.append(n)
         if n + '_strides' in src:
             params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
-    code = PRE + "static void kernel(" + ', '.join(params + ['float* o', 'float* ml']) + ") {\n" + MACROS + src + "\n}\n"
-    code += 'extern "C" void launch(' + ', '.join(cparams + ['float* o', 'float* ml', 'int S', 'int R']) + ") {\n"
-    code += """    std::barrier<> bar(128); g_bar = &bar;
-    std::barrier<> w0(32), w1(32), w2(32), w3(32); g_wbar[0] = &w0; g_wbar[1] = &w1; g_wbar[2] = &w2; g_wbar[3] = &w3;
-    for (int by = 0; by < R; ++by) for (int bx = 0; bx < S; ++bx) {
+    params += [f'float* {n}' for n in outs]; cparams += [f'float* {n}' for n in outs]; args += list(outs)
+    code = PRE + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
+    code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
+    code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH;
+    g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new std::barrier<>(32));
+    for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) {
         g_bx = bx; g_by = by;
         std::vector<std::thread> th;
-        for (int t = 0; t < 128; ++t) th.emplace_back([=]() { g_tid = t; kernel(""" + ', '.join(args + ['o', 'ml']) + """); });
+        for (int t = 0; t < NTH; ++t) th.emplace_back([=]() { g_tid = t; kernel(""" + ', '.join(args) + """); });
         for (auto& x : th) x.join();
     }
 }
@@ -84,8 +83,26 @@ def build(kplan, vplan, G, qprep):
         with open(f'{d}/k.cpp', 'w') as f: f.write(code)
         r = subprocess.run(['g++', '-std=c++20', '-O1', '-shared', '-fPIC', '-pthread', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
         if r.returncode: raise RuntimeError(r.stderr[-4000:])
-        _LIBS[key] = (ctypes.CDLL(f'{d}/k.so'), ins, src)
-    return _LIBS[key]
+        _LIBS[key] = ctypes.CDLL(f'{d}/k.so')
+    lib = _LIBS[key]
+    def launch(arrays, outputs, gx, gy, nthreads):
+        cargs, keep = [], []
+        for (n, ty), a in zip(ins, arrays):
+            a = np.ascontiguousarray(a); keep.append(a); cargs.append(a.ctypes.data_as(ctypes.c_void_p))
+            if n + '_strides' in src:
+                st = np.array([x // a.itemsize for x in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
+        for o in outputs: cargs.append(o.ctypes.data_as(ctypes.c_void_p))
+        lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
+    return launch
+
+def _decode_inputs(kplan, vplan, qprep):
+    ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
+    if kplan.kind == 'affine': ins.append('kz0')
+    ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
+    if vplan.kind == 'affine': ins.append('vz0')
+    ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
+    ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
+    return [(n, ty(n)) for n in ins]
 
 def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
     "(o, ml) of the decode kernel for prepared queries q (B, Hkv, G, 1, D) (qprep None), as `_run_decode` lays them out"
@@ -96,34 +113,69 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
     else: qcat = mx.concatenate([A._pad_to(x[..., 0, :], 32 * A._nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
-    lib, ins, _ = build(kplan, vplan, G, qprep)
+    ins = _decode_inputs(kplan, vplan, qprep)
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, 'cuda', qprep), ins, ['o', 'ml'])
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
+    meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
     val = dict(q=np.ascontiguousarray(np.array(qcat, np.float32)), ktab=np.array(A._tables(kplan), np.float32),
-               vtab=np.array(A._tables(vplan), np.float32), mask=mk,
-               meta=np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32))
+               vtab=np.array(A._tables(vplan), np.float32), mask=mk, meta=meta)
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
-    cargs = []
-    keep = []
-    for nm in ins:
-        a = np.ascontiguousarray(val[nm]); keep.append(a); cargs.append(a.ctypes.data_as(ctypes.c_void_p))
-        if nm + '_strides' in AK._decode_source(kplan, vplan, G, 'cuda', qprep):
-            st = np.array([s // a.itemsize for s in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
-    lib.launch(*cargs, o.ctypes.data_as(ctypes.c_void_p), ml.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(S), ctypes.c_int(R))
-    # combine (as the combine kernel): log-sum-exp over the S chunks
-    m, l = ml[..., 0], ml[..., 1]
-    M = m.max(1, keepdims=True); M0 = np.where(np.isfinite(M), M, 0.0)
-    w = np.exp(m - M0); L = (w * l).sum(1); O = (w[..., None] * o).sum(1)
+    launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
+    comb = compile_kernel(AK._combine_source('cuda', None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
+    O = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
+    comb([o, ml, meta], [O, mlo], R * G, 1, VDP)
+    M, L = mlo[..., 0], mlo[..., 1]
     outs, off = [], 0
     for b in vplan.bands:
         outs.append(mx.array(O[..., off:off + b.n]).reshape(B, Hkv, G, 1, b.n)); off += 32 * A._nslices(b.n)
-    mm, ll = mx.array(M[:, 0]).reshape(B, Hkv, G, 1, 1), mx.array(L).reshape(B, Hkv, G, 1, 1)
+    mm, ll = mx.array(M).reshape(B, Hkv, G, 1, 1), mx.array(L).reshape(B, Hkv, G, 1, 1)
     if kbias is not None: mm = mm + kbias
     return mm, ll, A._finish_values(vplan, outs, ll)
+
+def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
+    "The fused final path (`fused_decode`): raw queries prepared in the kernel, the combine normalizing and rotating back"
+    B, Hq, _, D = queries.shape
+    Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
+    qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
+    CH = AK._chunk(n, R, G); S = -(-n // CH)
+    VDP = 32 * sum(AK._side_layout(vplan)[0])
+    ins = _decode_inputs(kplan, vplan, qprep)
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, 'cuda', qprep), ins, ['o', 'ml'])
+    meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
+    mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
+        np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
+    val = dict(q=np.array(queries.astype(mx.float32)), ktab=np.array(A._tables(kplan), np.float32), vtab=np.array(A._tables(vplan), np.float32),
+               mask=mk, meta=meta, qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32),
+               qsg=np.array(A._signs(kplan), np.float32))
+    for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
+        for i, b in enumerate(plan.bands):
+            val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
+            if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
+    o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
+    launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
+    cins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else [])
+    extra = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
+    out = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
+    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *extra], [out, mlo], R * G, 1, VDP)
+    return mx.array(out).reshape(B, Hq, 1, VDP)
+
+def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
+    "Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's scale"
+    mx.random.seed(seed)
+    k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
+    q = mx.random.normal((B, Hkv * G, 1, D))
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    assert A._finish_kind(kp) and A._finish_kind(vp), 'the final path takes turbo (one Hadamard band) and affine codecs'
+    kparts, vparts = kc.encode(k), vc.encode(v)
+    full = None if not masked else A._full_mask((mx.random.uniform(shape=(B, 1, 1, n)) > 0.3), B, Hkv, G, 1, n)
+    out = emulate_final(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    return (mx.abs(out - ref).max() / mx.abs(ref).max()).item()
 
 def check(kc, vc, B, Hkv, G, D, n, masked, seed=0):
     "Max error of the emulated kernel's attention output vs the blockwise reference, relative to the output's scale"
@@ -162,5 +214,8 @@ if __name__ == '__main__':
             e = check(kc, vc, B, Hkv, G, D, n, masked)
             worst = max(worst, e)
             print(f"{name:28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error {e:.2e}", flush=True)
+            if D % 32 == 0 and A._finish_kind(A.side_plan(kc, D)) and A._finish_kind(A.side_plan(vc, D)):
+                e = check_final(kc, vc, B, Hkv, G, D, n, masked); worst = max(worst, e)
+                print(f"{name + ' (final path)':28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error {e:.2e}", flush=True)
     print(f"worst {worst:.2e}")
     sys.exit(0 if worst <= 1e-4 else 1)

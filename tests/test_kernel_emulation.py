@@ -25,6 +25,15 @@ def test_emulated_kernel_matches_reference(case):
     for masked in (False, True):
         assert E.check(kc, vc, B, Hkv, G, D, n, masked) <= 1e-4, (name, masked)
 
+FINAL = [c for c in E.CASES if c[1] is not None and c[6] % 32 == 0 and c[0] in ('turbo:4', 'turbo:3', 'affine:8,4', 'affine:3 g64 / affine:6 g32')]
+
+@pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
+def test_emulated_final_path_matches_reference(case):
+    "Queries scaled and rotated in the kernel, the combine normalizing and rotating the output back (`fused_decode`)"
+    name, kc, vc, B, Hkv, G, D, n = case
+    for masked in (False, True):
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= 1e-4, (name, masked)
+
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the value decode is caught"
     orig = AK._value_band
