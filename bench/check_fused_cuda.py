@@ -188,7 +188,7 @@ def set_variant(v):
     from mlx_kvq import attention_kernels as AK
     if not hasattr(set_variant, 'orig'):
         set_variant.orig = {k: getattr(A, k) for k in ('_decode_source', '_shared_bytes', '_chunk', '_chmax')}
-    if v[0] == 'v1':
+    if v[0] == 'v1':   # bench/_v1_kernels.py: `git show b15a6b7~1:mlx_kvq/attention_kernels.py > bench/_v1_kernels.py`
         spec = importlib.util.spec_from_file_location('_v1_kernels', os.path.join(os.path.dirname(__file__), '_v1_kernels.py'))
         m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
         for k in set_variant.orig: setattr(A, k, getattr(m, k))
@@ -198,7 +198,7 @@ def set_variant(v):
         AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS = v[1:]
     A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
 
-VARIANTS = [('v1',), ('v2', 1, 1, 1024, 600), ('v2', 1, 4, 1024, 600), ('v2', 1, 4, 512, 1200), ('v2', 2, 4, 512, 1200),
+VARIANTS = ([('v1',)] if os.path.exists(os.path.join(os.path.dirname(__file__), '_v1_kernels.py')) else []) + [('v2', 1, 1, 1024, 600), ('v2', 1, 4, 1024, 600), ('v2', 1, 4, 512, 1200), ('v2', 2, 4, 512, 1200),
             ('v2', 2, 8, 512, 1200), ('v2', 2, 4, 256, 2400), ('v2', 1, 4, 1024, 1200)]
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '

@@ -12,15 +12,14 @@ from functools import lru_cache
 import numpy as np
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend
+from .packing import GuardedKernel, kernel_backend, lookup_decode
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
 from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant, _fits
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'unpack_codes', 'lookup_decode', 'fused_decode_partial',
-           'fused_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'unpack_codes', 'fused_decode_partial', 'fused_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -95,45 +94,6 @@ def unpack_codes(words, bits, n):
     c = mx.right_shift(mx.take(words, wi, axis=-1), sh)
     if st is not None: c = c | mx.where(st, mx.left_shift(mx.take(words, nxt, axis=-1), back), 0)
     return c & ((1 << bits) - 1)
-
-# codes per lookup chunk: a 16-bit view for widths that divide 16; 12-, 10-, 14-bit chunks cut from byte groups otherwise
-_LUT_CODES = {1: 16, 2: 8, 4: 4, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
-
-def _chunks(words, bits, n):
-    "uint32 words (.., W) -> (.., ceil(n / k)) chunk values of k = _LUT_CODES[bits] codes each (code i of a chunk in bits [i*bits, (i+1)*bits))"
-    k = _LUT_CODES[bits]
-    nch = -(-n // k)
-    if 16 % bits == 0: return words.view(mx.uint16)[..., :nch].astype(mx.uint32)
-    by = words.view(mx.uint8)                          # `bits` bytes hold 8 codes = 8 // k chunks of C bits
-    C, g = k * bits, -(-nch * k // 8)
-    need = g * bits
-    if by.shape[-1] < need: by = mx.concatenate([by, mx.zeros((*by.shape[:-1], need - by.shape[-1]), mx.uint8)], axis=-1)
-    by = by[..., :need].reshape(*by.shape[:-1], g, bits).astype(mx.uint32)
-    outs = []
-    for m in range(8 // k):                            # chunk m of a group: bits [m*C, (m+1)*C) of the group's 8*bits bits
-        lo, hi, c = m * C, (m + 1) * C, None
-        for i in range(lo // 8, -(-hi // 8)):
-            part = by[..., i]
-            part = mx.right_shift(part, lo - 8 * i) if lo > 8 * i else mx.left_shift(part, 8 * i - lo)
-            c = part if c is None else c | part
-        outs.append(c & ((1 << C) - 1))
-    return mx.stack(outs, axis=-1).reshape(*by.shape[:-2], -1)[..., :nch]
-
-_LUTS = {}
-def _lut(table, bits):
-    "(2**(k*bits), k) float32: the k table values of every chunk value (built once per code table)"
-    t = np.array(table, dtype=np.float32)
-    key = (bits, t.tobytes())
-    if key not in _LUTS:
-        k = _LUT_CODES[bits]
-        v = np.arange(1 << (k * bits), dtype=np.int64)
-        _LUTS[key] = mx.array(np.stack([t[(v >> (i * bits)) & ((1 << bits) - 1)] for i in range(k)], axis=-1))
-    return _LUTS[key]
-
-def lookup_decode(words, table, bits, n):
-    "table[code] of every code, (.., n) float32: one gather per chunk of codes from a chunk-value table, no per-code gather"
-    ch = _chunks(words, bits, n)
-    return mx.take(_lut(table, bits), ch, axis=0).reshape(*ch.shape[:-1], -1)[..., :n]
 
 def _decode_band(b, parts, dtype):
     "One band of a block of tokens in the band's space: exact values, affine values, or turbo *unit* values table[code] (the per-token norm is applied to scores and weights instead)"

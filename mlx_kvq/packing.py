@@ -17,7 +17,8 @@ from .rotation import get_rotation
 # %% auto #0
 __all__ = ['MAX_FUSED_DIM', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
            'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'fused_quantize_pack',
-           'fused_dequantize_unpack', 'GuardedKernel', 'quantize_pack', 'dequantize_unpack', 'check_fused']
+           'fused_dequantize_unpack', 'GuardedKernel', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack',
+           'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -348,6 +349,50 @@ def _agree_dequantize(out, ref, words, norms, codebook, n):
     if mx.all(mx.abs(out - ref) <= 1e-6 * mx.abs(ref) + 1e-30).item(): return None
     return "disagrees with the reference"
 
+# %% ../nbs/02_packing.ipynb #e09a5802
+# codes per lookup chunk: a 16-bit view for widths that divide 16; 12-, 10-, 14-bit chunks cut from byte groups otherwise
+_LUT_CODES = {1: 16, 2: 8, 4: 4, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
+
+def _chunks(words, bits, n):
+    "uint32 words (.., W) -> (.., ceil(n / k)) chunk values of k = _LUT_CODES[bits] codes each (code i of a chunk in bits [i*bits, (i+1)*bits))"
+    k = _LUT_CODES[bits]
+    nch = -(-n // k)
+    if 16 % bits == 0: return words.view(mx.uint16)[..., :nch].astype(mx.uint32)
+    by = words.view(mx.uint8)                          # `bits` bytes hold 8 codes = 8 // k chunks of C bits
+    C, g = k * bits, -(-nch * k // 8)
+    need = g * bits
+    if by.shape[-1] < need: by = mx.concatenate([by, mx.zeros((*by.shape[:-1], need - by.shape[-1]), mx.uint8)], axis=-1)
+    by = by[..., :need].reshape(*by.shape[:-1], g, bits).astype(mx.uint32)
+    outs = []
+    for m in range(8 // k):                            # chunk m of a group: bits [m*C, (m+1)*C) of the group's 8*bits bits
+        lo, hi, c = m * C, (m + 1) * C, None
+        for i in range(lo // 8, -(-hi // 8)):
+            part = by[..., i]
+            part = mx.right_shift(part, lo - 8 * i) if lo > 8 * i else mx.left_shift(part, 8 * i - lo)
+            c = part if c is None else c | part
+        outs.append(c & ((1 << C) - 1))
+    return mx.stack(outs, axis=-1).reshape(*by.shape[:-2], g * (8 // k))[..., :nch]
+
+_LUTS = {}
+def _lut(table, bits):
+    "(2**(k*bits), k) float32: the k table values of every chunk value (built once per code table)"
+    t = np.array(table, dtype=np.float32)
+    key = (bits, t.tobytes())
+    if key not in _LUTS:
+        k = _LUT_CODES[bits]
+        v = np.arange(1 << (k * bits), dtype=np.int64)
+        _LUTS[key] = mx.array(np.stack([t[(v >> (i * bits)) & ((1 << bits) - 1)] for i in range(k)], axis=-1))
+    return _LUTS[key]
+
+def lookup_decode(words, table, bits, n):
+    "table[code] of every code, (.., n) float32: one gather per chunk of codes from a chunk-value table, no per-code gather"
+    ch = _chunks(words, bits, n)
+    return mx.take(_lut(table, bits), ch, axis=0).reshape(*ch.shape[:-1], ch.shape[-1] * _LUT_CODES[bits])[..., :n]
+
+def dequantize_unpack_lut(words, norms, codebook, n):
+    "`dequantize_unpack_ref`'s values through `lookup_decode`: norm * centroid[code], float32 (..., n)"
+    return norms.astype(mx.float32) * lookup_decode(words, _scaled(codebook, n, 'centroids'), codebook.bits, n)
+
 # %% ../nbs/02_packing.ipynb #7e4b98b3
 _GUARDS = {}
 def _guard(op, backend):
@@ -378,7 +423,7 @@ def dequantize_unpack(words, norms, codebook, n):
     if not isinstance(norms, mx.array) or norms.shape != (*words.shape[:-1], 1) or not mx.issubdtype(norms.dtype, mx.floating):
         raise ValueError(f"norms must be a floating mx.array of shape {(*words.shape[:-1], 1)}, got {getattr(norms, 'shape', type(norms).__name__)}")
     backend = kernel_backend()
-    if backend is None or n > MAX_FUSED_DIM or words.size == 0: return dequantize_unpack_ref(words, norms, codebook, n)
+    if backend is None or n > MAX_FUSED_DIM or words.size == 0: return dequantize_unpack_lut(words, norms, codebook, n)
     return _guard("d", backend)(words, norms, codebook, n)
 
 # %% ../nbs/02_packing.ipynb #dd833a45
