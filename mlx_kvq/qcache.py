@@ -42,7 +42,7 @@ def _nbytes(*xs):
         else: tot += x.nbytes
     return tot
 
-def _cat(a, b): return b if a is None else mx.concatenate([a, b], axis=-2)
+def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
 class CodecKVCache(_BaseCache):
