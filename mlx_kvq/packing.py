@@ -381,13 +381,15 @@ def _lut(table, bits):
     if key not in _LUTS:
         k = _LUT_CODES[bits]
         v = np.arange(1 << (k * bits), dtype=np.int64)
-        _LUTS[key] = mx.array(np.stack([t[(v >> (i * bits)) & ((1 << bits) - 1)] for i in range(k)], axis=-1))
+        vals = np.ascontiguousarray(np.stack([t[(v >> (i * bits)) & ((1 << bits) - 1)] for i in range(k)], axis=-1))
+        _LUTS[key] = mx.array(vals.view(np.uint64))    # pairs of floats as one 64-bit element: a gather costs per element
     return _LUTS[key]
 
 def lookup_decode(words, table, bits, n):
     "table[code] of every code, (.., n) float32: one gather per chunk of codes from a chunk-value table, no per-code gather"
     ch = _chunks(words, bits, n)
-    return mx.take(_lut(table, bits), ch, axis=0).reshape(*ch.shape[:-1], ch.shape[-1] * _LUT_CODES[bits])[..., :n]
+    vals = mx.take(_lut(table, bits), ch, axis=0).view(mx.float32)
+    return vals.reshape(*ch.shape[:-1], ch.shape[-1] * _LUT_CODES[bits])[..., :n]
 
 def dequantize_unpack_lut(words, norms, codebook, n):
     "`dequantize_unpack_ref`'s values through `lookup_decode`: norm * centroid[code], float32 (..., n)"
