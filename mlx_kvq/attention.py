@@ -230,7 +230,7 @@ def _value_dim(values, D):
 _OK = {}
 def _kernel_ok(q, kplan, vplan, mask):
     "Whether the fused decode kernel takes this configuration (else the blockwise path, which takes everything); cached per configuration"
-    key = (kplan.signature(), vplan.signature(), q.shape[2], None if mask is None else (mask.ndim, mask.shape[1:3] if mask.ndim >= 5 else None), _variant())
+    key = (kernel_backend(), kplan.signature(), vplan.signature(), q.shape[2], None if mask is None else (mask.ndim, mask.shape[1:3] if mask.ndim >= 5 else None), _variant())
     if key not in _OK: _OK[key] = _kernel_ok_of(q, kplan, vplan, mask)
     return _OK[key]
 
@@ -239,7 +239,7 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     for plan in (kplan, vplan):
         if plan.kind not in ('turbo', 'affine') or len(plan.bands) > 2: return False
         if any(not 1 <= b.bits <= 8 for b in plan.bands) or sum(_side_layout(plan)[0]) > 32: return False
-    if G > 64 or _shared_bytes(kplan, vplan, G) > _SHARED_LIMIT: return False
+    if G > 64 or _shared_bytes(kplan, vplan, G) > _SHARED_LIMIT.get(kernel_backend(), 32 * 1024): return False
     if mask is not None and (mask.ndim >= 5 and (mask.shape[1] != 1 or mask.shape[2] != 1)): return False
     return True
 

@@ -13,7 +13,7 @@ __all__ = ['NT', 'U', 'UV', 'SMAX', 'CH_MAX', 'BLOCKS']
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
 _NW = NT // 32
-_SHARED_LIMIT = 46 * 1024
+_SHARED_LIMIT = {'cuda': 46 * 1024, 'metal': 32 * 1024}   # static shared / threadgroup memory per block
 
 _PRELUDE = {
     'cuda': r"""
@@ -120,6 +120,11 @@ def _key_band(plan, i, b, first, toff, G, q4=False):
         }}
     }}"""
 
+def _red_size(vplan, GV):
+    "Floats of the value phase's cross-warp buffer: GV heads x SUB codes x one partial per (warp or token lane, sub-slice)"
+    SUB = _sub(vplan); VTSP = _pow2(sum(_side_layout(vplan)[0]) * (32 // SUB))
+    return GV * SUB * (NT // max(VTSP, 32)) * VTSP
+
 def _sub(plan):
     "Codes per value thread: 8 when every band has <= 4 bits, else 4 (so a thread's codes span at most two words)"
     return 8 if max(b.bits for b in plan.bands) <= 4 else 4
@@ -206,7 +211,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
     KVQ_SHARED float qsum[{KNS * G}];
     KVQ_SHARED float sc[CHMAX * G];
-    KVQ_SHARED float red[{GV * _sub(vplan) * NT}];
+    KVQ_SHARED float red[{_red_size(vplan, GV)}];
     KVQ_SHARED float stat[2 * G];
     KVQ_SHARED float ktab_s[{KT}];
     KVQ_SHARED float vtab_s[{VT}];
@@ -264,13 +269,21 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
             float accb[{GV}];
             for (int gg = 0; gg < {GV}; ++gg) {{ accb[gg] = 0.0f; for (int k = 0; k < SUB; ++k) acc[gg][k] = 0.0f; }}
             if (j < VTS) {vbranch}
-            for (int gg = 0; gg < {GV}; ++gg)
-                for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * {NT} + tid] = acc[gg][k] + accb[gg];
+            // token lanes of a warp summed by shuffles, then one partial per (warp or token lane, sub-slice) in shared memory
+            for (int off = VTSP; off < 32; off <<= 1)
+                for (int gg = 0; gg < {GV}; ++gg) {{
+                    accb[gg] += KVQ_SHFL(accb[gg], off);
+                    for (int k = 0; k < SUB; ++k) acc[gg][k] += KVQ_SHFL(acc[gg][k], off);
+                }}
+            constexpr int WS = VTSP < 32 ? 32 : VTSP, P = {NT} / WS, RW = P * VTSP;
+            if (lane < VTSP || VTSP >= 32)
+                for (int gg = 0; gg < {GV}; ++gg)
+                    for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * RW + (tid / WS) * VTSP + j] = acc[gg][k] + accb[gg];
             KVQ_SYNC();
             for (int i = tid; i < VTS * {GV} * SUB; i += {NT}) {{
                 const int jv = i % VTS, gk = i / VTS, gg = gk / SUB, k = gk - gg * SUB;
                 float a = 0.0f;
-                for (int l2 = 0; l2 < NTL; ++l2) a += red[gk * {NT} + l2 * VTSP + jv];
+                for (int l2 = 0; l2 < P; ++l2) a += red[gk * RW + l2 * VTSP + jv];
                 const int slv = jv / NSUB, qv = jv - slv * NSUB;
                 if (g0 + gg < G) o[(((long)r * S + sp) * G + g0 + gg) * {VDP} + slv * 32 + qv * SUB + k] = a;
             }}
@@ -337,7 +350,7 @@ def _combine_source(backend, finish=None):
 def _shared_bytes(kplan, vplan, G):
     KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
     GV = min(G, 4)
-    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + GV * _sub(vplan) * NT + 2 * G
+    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _red_size(vplan, GV) + 2 * G
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
 CH_MAX = 1024           # most tokens per thread block
