@@ -24,10 +24,10 @@ from .integrate import CacheReport, LayerReport
 from .schemes import parse_scheme
 
 # %% auto #0
-__all__ = ['Layout', 'layout_of', 'all_sum', 'gather_text', 'agree', 'check_shardable', 'shard', 'make_prompt_cache',
-           'pooled_stats', 'pipeline_probe', 'joint_menus', 'sharded_plan', 'local_plan', 'cache_nbytes',
-           'total_nbytes', 'whole_report', 'rank_path', 'save_prompt_cache', 'load_prompt_cache', 'sharded_load',
-           'server_sharded_load', 'quiet_other_ranks']
+__all__ = ['Layout', 'layout_of', 'all_sum', 'gather_text', 'agree', 'check_shardable', 'shard', 'plan_options',
+           'make_prompt_cache', 'pooled_stats', 'pipeline_probe', 'joint_menus', 'sharded_plan', 'local_plan',
+           'cache_nbytes', 'total_nbytes', 'whole_report', 'rank_path', 'save_prompt_cache', 'load_prompt_cache',
+           'sharded_load', 'server_sharded_load', 'quiet_other_ranks']
 
 # %% ../nbs/13_distributed.ipynb #9e7d2800
 _SHARDED = (nn.AllToShardedLinear, nn.ShardedToAllLinear, nn.QuantizedAllToShardedLinear, nn.QuantizedShardedToAllLinear)
@@ -146,6 +146,16 @@ def shard(model, how: str = 'tensor', group=None):
 
 # %% ../nbs/13_distributed.ipynb #b200eac3
 _PLAN_OPTIONS = ('sink', 'window')
+_NOT_PLANNED = dict(fp16_layers=0, max_kv_size=None, quantized_kv_start=0, mla_kv=None)   # auto:B takes only these values
+
+def plan_options(scheme, options: dict) -> dict:
+    """The options of `make_prompt_cache` that `sharded_plan` takes (sink, window), after refusing the ones an `auto:B`
+    plan cannot honour (as `integrate.make_prompt_cache` does in one process: the defaults pass, others the planner
+    ignores, e.g. group_size)"""
+    bad = sorted(k for k, v in options.items() if k in _NOT_PLANNED and v != _NOT_PLANNED[k])
+    if bad: raise ValueError(f"{', '.join(bad)} do(es) not combine with kv={scheme}: the planner chooses every layer "
+                             "itself (drop it, or use a fixed scheme such as turbo:4)")
+    return {k: options[k] for k in _PLAN_OPTIONS if k in options}
 
 def make_prompt_cache(model, kv='fp16', *, return_report: bool = False, tokenizer=None, calib_tokens=None, group=None,
                       check: bool = True, **options):
@@ -158,10 +168,8 @@ def make_prompt_cache(model, kv='fp16', *, return_report: bool = False, tokenize
     scheme = parse_scheme(kv)                # a bad scheme: the same error on every rank, before any collective
     if check: agree('the cache options', dict(kv=str(scheme), layout=[lay.world_size, lay.parallel], **options), g)
     if isinstance(scheme, auto.AutoScheme) and lay.world_size > 1:
-        bad = sorted(set(options) - set(_PLAN_OPTIONS))
-        if bad: raise ValueError(f"{', '.join(bad)} do(es) not combine with kv={scheme}: the planner chooses every layer "
-                                 "itself (drop it, or use a fixed scheme such as turbo:4)")
-        p = sharded_plan(model, scheme.budget, group=g, tokenizer=tokenizer, calib_tokens=calib_tokens, **options)
+        p = sharded_plan(model, scheme.budget, group=g, tokenizer=tokenizer, calib_tokens=calib_tokens,
+                         **plan_options(scheme, options))
         install()
         caches = recipe.make_planned_cache(model, local_plan(p, lay))
         report = integrate.cache_report(caches, model)
