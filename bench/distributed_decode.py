@@ -1,100 +1,105 @@
-"""Decode speed and KV bytes per GPU of a Llama-3.1-8B-shaped random model split tensor-parallel over 2 processes,
-caches filled to 64K tokens: fp16 (the model's own cache) vs turbo:4 vs affine:8,4 (mlx_kvq.distributed).
+"""Decode speed and KV bytes per rank of a random-weight llama (Llama-3.1-8B's shape by default) split tensor-parallel
+over the processes of `mlx.launch`, every cache layer filled to --context tokens: fp16 vs turbo:4 vs affine:8,4.
 
-On the 2-GPU machine (NCCL; the staged MLX has no `mlx.launch` script, hence the -c form):
+Two GPUs (NCCL; the staged MLX has no `mlx.launch` script, hence the -c form):
 
     python3 -c 'import sys; from mlx._distributed_utils.launch import main; sys.argv[0]="mlx.launch"; sys.exit(main())' \\
-        --backend nccl -n 2 --python python3 bench/distributed_decode.py --out bench/distributed_decode_h200x2
+        --backend nccl -n 2 --python python3 bench/distributed_decode.py --out $OUT --context 65536
 
-With one GPU, the same with `--backend ring` (both processes share the GPU; say so when quoting the numbers).
-A smoke test on a CPU: `mlx.launch --backend ring -n 2 -- python3 bench/distributed_decode.py --tiny`.
+One GPU, 2 processes sharing it (the ring backend: collectives over TCP on 127.0.0.1, staged through the CPU):
+the same with `--backend ring`; the output says which backend ran and that the processes shared one GPU.
+CPU proof (this machine): `... --backend ring -n 2 --python python3 bench/distributed_decode.py --shape tiny-llama
+--context 512 --steps 8 --out /tmp/dd`.
 
-The caches are filled by `update_and_fetch` with random keys/values (N(0,1), in chunks), not by a 64K-token
-prefill: decode speed depends on what the caches hold and how they attend, not on how they were filled. Then
-`--decode` greedy steps of the whole model (batch 1) are timed after `--warmup` steps; every rank times the same
-steps (each step has collectives), rank 0 prints and writes OUT.md / OUT.json.
+Every rank builds the same random weights (seeded) and keeps its slice (`mlx_kvq.distributed.shard`, mlx-lm's
+`shard()`), then runs `mlx_kvq.bench.decode_bench` in step with the others: its caches (this rank's KV heads) are
+filled with seeded random keys/values in chunks (decode speed depends on what the caches hold, not on how they were
+filled), then `--steps` greedy tokens of the whole split model are timed after `--warmup` (mlx-lm's `generate_step`;
+every step has the sharded matmuls' `all_sum`s). Rank 0 writes OUT/distributed_decode.{md,json}.
 """
-import argparse, json, platform, sys, time
+import argparse, json, os, platform, sys, time
+from pathlib import Path
 import numpy as np
 import mlx.core as mx
 from mlx_lm.models import llama
 import mlx_kvq
 from mlx_kvq import distributed as D
+from mlx_kvq.bench import MODEL_SHAPES, decode_bench
 
-LLAMA_31_8B = dict(model_type='llama', hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
-                   num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5, vocab_size=128256,
-                   rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False)
-TINY = dict(LLAMA_31_8B, hidden_size=512, num_hidden_layers=2, intermediate_size=1024, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=1024)
+def backend() -> str:
+    "Which `mlx.launch` backend started this process (from the environment it sets)"
+    if 'NCCL_HOST_IP' in os.environ: return 'nccl'
+    if 'MLX_HOSTFILE' in os.environ: return 'ring'
+    if 'MLX_JACCL_COORDINATOR' in os.environ: return 'jaccl'
+    return 'none' if 'MLX_RANK' not in os.environ else 'unknown'
 
-def fill(caches, context, dtype, chunk=4096, seed=0):
-    "Every layer's cache filled to `context` tokens with N(0,1) keys and values of the layer's shape"
-    key = mx.random.key(seed)
-    for c in caches:
-        done = 0
-        while done < context:
-            n = min(chunk, context - done)
-            k1, k2, key = mx.random.split(key, 3)
-            shape = (1, H_LOCAL, n, HEAD_DIM)
-            c.update_and_fetch(mx.random.normal(shape, key=k1).astype(dtype), mx.random.normal(shape, key=k2).astype(dtype))
-            mx.eval([x for x in ([c.keys] if isinstance(c.keys, mx.array) else list(c.keys or []))])
-            done += n
-        mx.eval(c.state)
+def per_rank(x: float, g) -> list:
+    "Every rank's value of `x`, in rank order (one all_sum)"
+    return [float(v) for v in D.all_sum(np.eye(g.size(), dtype=np.float64)[g.rank()] * x, g)]
 
 def main():
-    global H_LOCAL, HEAD_DIM
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--context', type=int, default=65536)
-    p.add_argument('--decode', type=int, default=32)
-    p.add_argument('--warmup', type=int, default=4)
+    p.add_argument('--shape', default='llama-3.1-8b', choices=sorted(MODEL_SHAPES), help='random-weight model shape (default: %(default)s)')
+    p.add_argument('--context', type=int, default=65536, help='tokens in every cache layer (default: %(default)s)')
+    p.add_argument('--steps', type=int, default=32, help='timed greedy decode steps (default: %(default)s)')
+    p.add_argument('--warmup', type=int, default=3, help='untimed steps first (default: %(default)s)')
     p.add_argument('--kv', nargs='+', default=['fp16', 'turbo:4', 'affine:8,4'])
-    p.add_argument('--tiny', action='store_true', help='a 2-layer model and 1K tokens: a smoke test')
-    p.add_argument('--out', default=None, help='write OUT.md and OUT.json (rank 0)')
+    p.add_argument('--out', required=True, help='output directory (rank 0 writes distributed_decode.md and .json there)')
     a = p.parse_args()
+    t_start = time.perf_counter()
     g = mx.distributed.init()
-    cfg = TINY if a.tiny else LLAMA_31_8B
-    context = min(a.context, 1024) if a.tiny else a.context
-    dtype = mx.float32 if mx.default_device() == mx.cpu else mx.bfloat16
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs(**cfg))
+    out = Path(a.out)
+    if g.rank() == 0: out.mkdir(parents=True, exist_ok=True)
+    gpu = mx.default_device() == mx.gpu
+    dtype = mx.float16 if gpu else mx.float32          # float32 on a CPU (half precision is slow there)
+    check = D.all_sum(np.ones(1, np.float32), g)        # the collective works on this device before anything is built
+    if int(check[0]) != g.size(): raise SystemExit(f"all_sum over {g.size()} ranks gave {check[0]}: the launch is broken")
+
+    mx.random.seed(0)                                   # the same random weights on every rank
+    model = llama.Model(llama.ModelArgs(model_type='llama', rms_norm_eps=1e-5, **MODEL_SHAPES[a.shape]))
     model.set_dtype(dtype)
-    D.shard(model, 'tensor', g)                     # lazy weights: only this rank's slices are materialised
+    D.shard(model, 'tensor', g)                         # lazy weights: each rank evaluates only its slices
     mx.eval(model.parameters())
-    H_LOCAL, HEAD_DIM = cfg['num_key_value_heads'] // g.size(), cfg['head_dim']
-    rows = []
-    for kv in a.kv:
-        mx.reset_peak_memory()
-        caches, rep = D.make_prompt_cache(model, kv, return_report=True, group=g)
-        fill(caches, context, dtype)
-        y = mx.array([[1]])
-        for _ in range(a.warmup):
-            y = mx.argmax(model(y, cache=caches)[:, -1:], axis=-1); mx.eval(y)
-        mx.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(a.decode):
-            y = mx.argmax(model(y, cache=caches)[:, -1:], axis=-1); mx.eval(y)
-        mx.synchronize()
-        dt = time.perf_counter() - t0
-        per_gpu = D.cache_nbytes(caches)
-        row = dict(kv=kv, context=context, decode_tokens=a.decode, tokens_per_s=a.decode / dt,
-                   kv_bytes_rank=[int(x) for x in D.all_sum(np.eye(g.size(), dtype=np.int64)[g.rank()] * per_gpu, g)],
-                   kv_bytes_total=D.total_nbytes(caches, g), bytes_per_token_rank=rep.bytes_per_token_after,
-                   peak_memory_gb=mx.get_peak_memory() / 1e9, report=rep.summary())
-        rows.append(row)
-        if g.rank() == 0: print(json.dumps({k: v for k, v in row.items() if k != 'report'}), flush=True)
-        del caches; mx.clear_cache()
-    if g.rank() == 0:
-        head = (f"{'tiny smoke test' if a.tiny else 'Llama-3.1-8B shape'} (random weights, {dtype}), tensor parallel over "
-                f"{g.size()} processes, caches filled to {context} tokens, batch 1, {a.decode} decode steps after {a.warmup}; "
-                f"device {mx.default_device()}, {platform.node()}, MLX {mx.__version__}, mlx_kvq {mlx_kvq.__version__}, "
-                f"{time.strftime('%Y-%m-%d', time.gmtime())}")
-        md = [head, '', '| kv | decode tokens/s | KV bytes per GPU (rank 0) | KV bytes all GPUs | bytes/token per GPU | peak memory rank 0 (GB, weights included) |',
-              '| --- | --- | --- | --- | --- | --- |']
-        md += [f"| {r['kv']} | {r['tokens_per_s']:.2f} | {r['kv_bytes_rank'][0]:,} | {r['kv_bytes_total']:,} | "
-               f"{r['bytes_per_token_rank']} | {r['peak_memory_gb']:.2f} |" for r in rows]
-        print('\n'.join(md))
-        if a.out:
-            open(a.out + '.md', 'w').write('\n'.join(md) + '\n')
-            open(a.out + '.json', 'w').write(json.dumps(dict(header=head, command=' '.join(sys.argv), rows=rows), indent=1))
+    t_model = time.perf_counter() - t_start
+
+    def progress(row):
+        if g.rank() == 0: print(f"rank 0: {row['scheme']} at {row['context']:,} tokens: {row['tokens_per_s']:.2f} tokens/s, "
+                                f"{row['nbytes']:,} KV bytes", flush=True)
+    mx.reset_peak_memory()
+    rows = decode_bench(model, a.kv, (a.context,), steps=a.steps, warmup=a.warmup, dtype=dtype, progress=progress)
+    for r in rows:                                      # every rank's figures, rank order (collectives: same rows everywhere)
+        r['tokens_per_s_rank'] = per_rank(r['tokens_per_s'], g)
+        r['kv_bytes_rank'] = [int(v) for v in per_rank(r['nbytes'], g)]
+        r['kv_bytes_all_ranks'] = sum(r['kv_bytes_rank'])
+    peak = per_rank(mx.get_peak_memory() / 1e9, g)
+    try: visible = int(os.environ.get('CUDA_VISIBLE_DEVICES', '-1').split(',')[0])
+    except ValueError: visible = -1
+    devices = [int(v) for v in per_rank(visible, g)]     # the GPU each rank was given (-1: not set)
+    if g.rank() != 0: return
+    be = backend()
+    shared = gpu and g.size() > 1 and (be == 'ring' or len(set(devices)) < g.size())
+    where = (f"{g.size()} processes sharing ONE GPU ({be} backend: collectives over TCP through the CPU; the 2-GPU machine was "
+             f"not used)" if shared else f"{g.size()} process(es), {be} backend, device {mx.default_device()}")
+    cfg = MODEL_SHAPES[a.shape]
+    head = (f"{a.shape} shape (random weights, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']}/"
+            f"{cfg['num_key_value_heads']} heads of {cfg['head_dim']}, {str(dtype).split('.')[-1]}), tensor parallel: {where}; "
+            f"every cache layer filled to {a.context:,} tokens, batch 1, {a.steps} greedy decode steps after {a.warmup}; "
+            f"{platform.node()} ({platform.machine()}), MLX {mx.__version__}, mlx_kvq {mlx_kvq.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; model built in {t_model:.1f} s, whole run "
+            f"{time.perf_counter() - t_start:.1f} s")
+    md = ['# Distributed decode: ' + head, '',
+          '| kv | decode tokens/s (rank 0) | vs fp16 | KV bytes per rank | KV bytes all ranks | bits / value |',
+          '| --- | --- | --- | --- | --- | --- |']
+    md += [f"| {r['scheme']} | {r['tokens_per_s']:.2f} | {'-' if r['vs_fp16'] is None else format(r['vs_fp16'], '.2f')} | "
+           f"{' / '.join(f'{b:,}' for b in r['kv_bytes_rank'])} | {r['kv_bytes_all_ranks']:,} | {r['bits_per_value']:.2f} |"
+           for r in rows]
+    md += ['', f"peak memory per rank (GB, weights included): {' / '.join(f'{x:.2f}' for x in peak)}",
+           f"decode tokens/s per rank: " + '; '.join(f"{r['scheme']}: {' / '.join(f'{x:.2f}' for x in r['tokens_per_s_rank'])}" for r in rows)]
+    text = '\n'.join(md) + '\n'
+    print(text, flush=True)
+    (out / 'distributed_decode.md').write_text(text)
+    (out / 'distributed_decode.json').write_text(json.dumps(dict(header=head, backend=be, shared_gpu=shared, ranks=g.size(),
+                                                                 command=' '.join(sys.argv), peak_memory_gb_rank=peak,
+                                                                 rows=rows), indent=1))
 
 if __name__ == '__main__': main()

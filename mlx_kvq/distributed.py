@@ -24,10 +24,10 @@ from .integrate import CacheReport, LayerReport
 from .schemes import parse_scheme
 
 # %% auto #0
-__all__ = ['Layout', 'layout_of', 'all_sum', 'gather_text', 'agree', 'check_shardable', 'shard', 'make_prompt_cache',
-           'pooled_stats', 'pipeline_probe', 'sharded_plan', 'local_plan', 'cache_nbytes', 'total_nbytes',
-           'whole_report', 'rank_path', 'save_prompt_cache', 'load_prompt_cache', 'sharded_load', 'server_sharded_load',
-           'quiet_other_ranks']
+__all__ = ['Layout', 'layout_of', 'all_sum', 'gather_text', 'agree', 'check_shardable', 'shard', 'plan_options',
+           'make_prompt_cache', 'pooled_stats', 'pipeline_probe', 'joint_menus', 'sharded_plan', 'local_plan',
+           'cache_nbytes', 'total_nbytes', 'whole_report', 'rank_path', 'save_prompt_cache', 'load_prompt_cache',
+           'sharded_load', 'server_sharded_load', 'quiet_other_ranks']
 
 # %% ../nbs/13_distributed.ipynb #9e7d2800
 _SHARDED = (nn.AllToShardedLinear, nn.ShardedToAllLinear, nn.QuantizedAllToShardedLinear, nn.QuantizedShardedToAllLinear)
@@ -146,6 +146,16 @@ def shard(model, how: str = 'tensor', group=None):
 
 # %% ../nbs/13_distributed.ipynb #b200eac3
 _PLAN_OPTIONS = ('sink', 'window')
+_NOT_PLANNED = dict(fp16_layers=0, max_kv_size=None, quantized_kv_start=0, mla_kv=None)   # auto:B takes only these values
+
+def plan_options(scheme, options: dict) -> dict:
+    """The options of `make_prompt_cache` that `sharded_plan` takes (sink, window), after refusing the ones an `auto:B`
+    plan cannot honour (as `integrate.make_prompt_cache` does in one process: the defaults pass, others the planner
+    ignores, e.g. group_size)"""
+    bad = sorted(k for k, v in options.items() if k in _NOT_PLANNED and v != _NOT_PLANNED[k])
+    if bad: raise ValueError(f"{', '.join(bad)} do(es) not combine with kv={scheme}: the planner chooses every layer "
+                             "itself (drop it, or use a fixed scheme such as turbo:4)")
+    return {k: options[k] for k in _PLAN_OPTIONS if k in options}
 
 def make_prompt_cache(model, kv='fp16', *, return_report: bool = False, tokenizer=None, calib_tokens=None, group=None,
                       check: bool = True, **options):
@@ -158,10 +168,8 @@ def make_prompt_cache(model, kv='fp16', *, return_report: bool = False, tokenize
     scheme = parse_scheme(kv)                # a bad scheme: the same error on every rank, before any collective
     if check: agree('the cache options', dict(kv=str(scheme), layout=[lay.world_size, lay.parallel], **options), g)
     if isinstance(scheme, auto.AutoScheme) and lay.world_size > 1:
-        bad = sorted(set(options) - set(_PLAN_OPTIONS))
-        if bad: raise ValueError(f"{', '.join(bad)} do(es) not combine with kv={scheme}: the planner chooses every layer "
-                                 "itself (drop it, or use a fixed scheme such as turbo:4)")
-        p = sharded_plan(model, scheme.budget, group=g, tokenizer=tokenizer, calib_tokens=calib_tokens, **options)
+        p = sharded_plan(model, scheme.budget, group=g, tokenizer=tokenizer, calib_tokens=calib_tokens,
+                         **plan_options(scheme, options))
         install()
         caches = recipe.make_planned_cache(model, local_plan(p, lay))
         report = integrate.cache_report(caches, model)
@@ -221,14 +229,24 @@ def pipeline_probe(model, calib_tokens, stats: dict, lay: Layout, *, probe_bits=
                 out.setdefault(l, {})[side] = dict(kl=kl, err=err, coef=kl / max(err, 1e-30))
     return out
 
+def joint_menus(items, total_values, extra, *, start: int, group=None):
+    """`recipe.plan`'s `joint` hook for a pipeline stage whose first layer is `start` (a collective): every stage's menus
+    (per layer and side, (bytes, predicted KL) of each candidate), values and exact bytes, in the whole model's layer
+    order, and where this stage's menus start, the same on every rank"""
+    mine = dict(start=int(start), items=[[[float(c), float(v)] for c, v in m] for m in items], total=int(total_values), extra=int(extra))
+    got = sorted((json.loads(t) for t in gather_text(json.dumps(mine), _group(group))), key=lambda r: r['start'])
+    first = sum(len(r['items']) for r in got if r['start'] < mine['start'])
+    return ([[tuple(x) for x in m] for r in got for m in r['items']], sum(r['total'] for r in got),
+            sum(r['extra'] for r in got), first)
+
 _SHARDED_PLANS = {}
 
 def sharded_plan(model, budget: float, *, group=None, tokenizer=None, calib_tokens=None, sink=0, window=0,
                  probe_tokens=512) -> recipe.Plan:
     """The `auto:B` plan of a split model, the same `Plan` (global layer numbers) on every rank. Tensor parallel: every rank
     runs `recipe.plan` in step (each forward pass is a collective) on statistics pooled over all heads, and rank 0's
-    plan is shared. Pipeline: the probe quantizes one layer of the whole model at a time (`pipeline_probe`), each stage
-    plans its layers within `budget` (so the whole model is within it too), and the stages' plans are joined.
+    plan is shared. Pipeline: the probe quantizes one layer of the whole model at a time (`pipeline_probe`), one
+    knapsack chooses for all stages' layers within `budget` (`joint_menus`), and the stages' plans are joined.
     Memoized per model and budget (a server asks for caches per request). Nothing is read from or written to the
     probe store: every rank must run the same passes"""
     g, lay = _group(group), layout_of(model)
@@ -244,13 +262,14 @@ def sharded_plan(model, budget: float, *, group=None, tokenizer=None, calib_toke
         out = replace(plans[0], model=None)
     else:
         pr = pipeline_probe(model, tokens[:probe_tokens], stats, lay, group=g)
-        p = recipe.plan(model, budget, tokens, stats=stats, probe_result=pr, store=None, sink=sink, window=window)
+        p = recipe.plan(model, budget, tokens, stats=stats, probe_result=pr, store=None, sink=sink, window=window,
+                        joint=lambda *a: joint_menus(*a, start=lay.layers[0], group=g))
         shift = lambda d: {int(l) + lay.layers[0]: v for l, v in d.items()}
         mine = replace(p, layers=shift(p.layers), probe=shift(p.probe), model=None)
         plans = [recipe.Plan.from_json(t) for t in gather_text(mine.to_json(), g)]
         out = replace(plans[0], layers={l: e for q in plans for l, e in sorted(q.layers.items())},
                       probe={l: e for q in plans for l, e in q.probe.items()},
-                      bits_per_value=max(q.bits_per_value for q in plans), predicted_kl=sum(q.predicted_kl for q in plans))
+                      bits_per_value=sum(q.bits_per_value for q in plans), predicted_kl=sum(q.predicted_kl for q in plans))
     _SHARDED_PLANS[key] = out
     return out
 

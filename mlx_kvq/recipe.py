@@ -402,11 +402,15 @@ def default_store() -> Path:
     return cache_dir() / 'recipe'
 
 def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, prefill_chunk=256, tokenizer=None, sink=0,
-         window=0, qjl=False, probe_bits=2, probe_tokens=512, probe_result=None, stats=None, store='default', progress=False) -> Plan:
+         window=0, qjl=False, probe_bits=2, probe_tokens=512, probe_result=None, stats=None, store='default', progress=False,
+         joint=None) -> Plan:
     """Per-layer, per-side codecs for `model` within `budget` stored bits per value (averaged over every value
     stored at `context` tokens) or within `nbytes` bytes of KV cache at `context` tokens. A sliding-window layer
     holds its window plus `prefill_chunk - 1` tokens after a chunked prefill (mlx-lm's rotating buffer).
-    Statistics come from all `calib_tokens`, the probe from their first `probe_tokens`."""
+    Statistics come from all `calib_tokens`, the probe from their first `probe_tokens`. `joint(menus, values, extra)`
+    (a model split by layers over processes, `mlx_kvq.distributed`) returns every part's menus, values and exact bytes
+    and where this part's menus start: one knapsack then chooses for all parts within one budget, and the plan holds
+    this part's layers"""
     if (budget is None) == (nbytes is None): raise ValueError("give a budget in bits per value (e.g. plan(model, 4.5)) or nbytes=, not both")
     if budget is not None and not (isinstance(budget, (int, float)) and 1 <= budget <= 16):
         raise ValueError(f"budget must be bits per value between 1 and 16 (e.g. 4.5), got {budget!r}")
@@ -437,9 +441,7 @@ def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, pr
     itemsize = 2
     stored = {l: (context if w is None else min(context, w + max(prefill_chunk, 1) - 1)) for l, w in layers.items()}
     total_values = sum(dims[l][0] * (dims[l][1] + dims[l][2]) * stored[l] for l in layers)
-    cap = nbytes if nbytes is not None else budget * total_values / 8
     extra = sum(dims[l][0] * (dims[l][1] + dims[l][2]) * 4 * min(sink + window, stored[l]) for l, w in layers.items() if w is None)
-    cap -= extra
     knobs, menus = [], []
     for l in layers:
         for s, side in enumerate(('keys', 'values')):
@@ -449,12 +451,15 @@ def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, pr
                 cost = cdc.bytes_per_token(dims[l][1 + s]) * dims[l][0] * stored[l]
                 menu.append((label, cdc, cost, coef * side_error(stats[l], side, cdc)))
             knobs.append((l, side)); menus.append(menu)
-    picks = _knapsack([[(c, v) for _, _, c, v in m] for m in menus], cap) if cap > 0 else None
+    items, first, own_extra = [[(c, v) for _, _, c, v in m] for m in menus], 0, extra
+    if joint is not None: items, total_values, extra, first = joint(items, total_values, extra)
+    cap = (nbytes if nbytes is not None else budget * total_values / 8) - extra
+    picks = _knapsack(items, cap) if cap > 0 else None
     if picks is None:
-        least = sum(min(c for _, _, c, _ in m) for m in menus) + extra
+        least = sum(min(c for c, _ in m) for m in items) + extra
         raise ValueError(f"budget too small: the cheapest plan needs {8 * least / total_values:.2f} bits per value at {context} tokens")
-    out, used, pred = {}, extra, 0.0
-    for (l, side), menu, j in zip(knobs, menus, picks):
+    out, used, pred = {}, own_extra, 0.0
+    for (l, side), menu, j in zip(knobs, menus, picks[first:first + len(menus)]):
         label, cdc, cost, kl = menu[j]
         e = out.setdefault(l, dict(keys=None, values=None, labels=[None, None], predicted_kl=0.0))
         e[side] = cdc.config(); e['labels'][0 if side == 'keys' else 1] = label; e['predicted_kl'] += kl

@@ -11,12 +11,14 @@ from functools import partial
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import mlx.core as mx
 import mlx_lm.server as S
 import mlx_lm.utils as lm_utils
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import LRUPromptCache
 
+from . import distributed
 from .integrate import make_prompt_cache, cache_report, probe_kv_shapes
 from .schemes import parse_scheme
 from .models import load, embedded_model_path
@@ -90,7 +92,7 @@ def _serve_arguments(p: argparse.ArgumentParser):
                         "the prompt cache keeps what is left (default: no budget)")
 
 # %% ../nbs/11c_serve.ipynb #4b7eee5c
-_SHAPES = {}   # id(model) -> (model, probe_kv_shapes(model)), for the models of open servers
+_SHAPES = {}   # id(model) -> (model, probe_kv_shapes(model), layout_of(model)), for the models of open servers
 
 def _leaf_paths(caches, prefix=()):
     for i, c in enumerate(caches):
@@ -111,11 +113,14 @@ def bind_codec_dims(caches, shapes: dict | None):
 
 def server_prompt_cache(model, max_kv_size=None, *, options: dict):
     """mlx-lm's `make_prompt_cache(model, max_kv_size)` signature, returning `mlx_kvq.integrate.make_prompt_cache(model,
-    **options)` with codec head dims fixed"""
+    **options)` with codec head dims fixed; on a model split over processes, `mlx_kvq.distributed.make_prompt_cache`
+    (this rank's heads or layers; the ranks agreed on the options once, when the server started)"""
     opts = dict(options)
     if max_kv_size is not None: opts["max_kv_size"] = max_kv_size
-    if id(model) not in _SHAPES: _SHAPES[id(model)] = (model, probe_kv_shapes(model))
-    return bind_codec_dims(make_prompt_cache(model, **opts), _SHAPES[id(model)][1])
+    if id(model) not in _SHAPES: _SHAPES[id(model)] = (model, probe_kv_shapes(model), distributed.layout_of(model))
+    split = _SHAPES[id(model)][2].world_size > 1
+    caches = distributed.make_prompt_cache(model, check=False, **opts) if split else make_prompt_cache(model, **opts)
+    return bind_codec_dims(caches, _SHAPES[id(model)][1])
 
 def _batch_tokens(gen) -> int:
     "Tokens held by the running requests of a `BatchGenerator` (prompt processed so far + generated)."
@@ -212,9 +217,23 @@ class KVBudget:
             self._cond.notify_all()
 
 class ServeMeter:
-    "What the running caches hold, as last measured by the generation thread (bytes, tokens) and the peak bytes."
-    def __init__(self): self.kv_bytes = self.tokens = self.peak_kv_bytes = 0; self.steps = 0
+    """What the running caches hold, as last measured by the generation thread (bytes, tokens) and the peak bytes. On a
+    model split over the processes of `group`, every rank observes its own caches at the same steps (the generation
+    threads run in step) and one `all_sum` gives every rank's bytes, of the running caches and of the prompt cache
+    (`prompt_cache_bytes()`): `rank_kv_bytes`, `rank_peak_kv_bytes`, `rank_prompt_cache_bytes`; `kv_bytes` is their sum"""
+    def __init__(self, group=None, prompt_cache_bytes=None):
+        self.kv_bytes = self.tokens = self.peak_kv_bytes = 0; self.steps = 0
+        self.group, self.prompt_cache_bytes = group, prompt_cache_bytes
+        n = 1 if group is None else group.size()
+        self.rank_kv_bytes, self.rank_peak_kv_bytes, self.rank_prompt_cache_bytes = [0] * n, [0] * n, [0] * n
     def observe(self, nbytes: int, tokens: int):
+        if self.group is not None and self.group.size() > 1:      # a collective: every rank, same step
+            row = np.zeros((self.group.size(), 2), np.int64)
+            row[self.group.rank()] = [int(nbytes), int(self.prompt_cache_bytes()) if self.prompt_cache_bytes else 0]
+            got = distributed.all_sum(row, self.group)
+            self.rank_kv_bytes, self.rank_prompt_cache_bytes = [int(x) for x in got[:, 0]], [int(x) for x in got[:, 1]]
+            self.rank_peak_kv_bytes = [max(a, b) for a, b in zip(self.rank_peak_kv_bytes, self.rank_kv_bytes)]
+            nbytes = sum(self.rank_kv_bytes)
         self.kv_bytes, self.tokens = int(nbytes), int(tokens)
         self.peak_kv_bytes = max(self.peak_kv_bytes, self.kv_bytes); self.steps += 1
 
@@ -271,7 +290,7 @@ class _Reject(Exception):
     def __init__(self, code, message): super().__init__(message); self.code = code
 
 # %% ../nbs/11c_serve.ipynb #9567a0d6
-_SERVER_NAMES = ("make_prompt_cache", "BatchGenerator", "load")
+_SERVER_NAMES = ("make_prompt_cache", "BatchGenerator", "load", "sharded_load")
 _OPEN_SERVER = []
 
 class KVQServer:
@@ -279,41 +298,68 @@ class KVQServer:
     def __init__(self, args: argparse.Namespace):
         self.options = cache_options(args)            # a bad scheme fails here, before anything loads
         if _OPEN_SERVER: raise RuntimeError("a KVQServer is already open in this process: close() it first")
+        self.group = mx.distributed.init()            # under mlx.launch: the model split over the ranks, rank 0 listens
+        self.world, self.rank = self.group.size(), self.group.rank()
+        if self.world > 1 and getattr(args, "kv_budget", None) is not None:
+            raise CliError("--kv-budget is not supported under mlx.launch yet (it trims rank 0's prompt cache by rank 0's "
+                           "reservations, and the ranks' prompt caches must stay equal): drop it; --prompt-cache-bytes "
+                           "bounds the prompt cache")
         self.args = argparse.Namespace(**{**vars(args), "kv_bits": None})  # the scheme is in our caches
         if self.args.model is None: self.args.model = str(embedded_model_path())
         self.scheme = self.options["kv"]
-        self.meter, self.budget = ServeMeter(), KVBudget(getattr(args, "kv_budget", None))
+        self.meter, self.budget = ServeMeter(self.group), KVBudget(getattr(args, "kv_budget", None))
         self.rejected, self.disconnects = {}, 0
         self._saved = {n: getattr(S, n) for n in _SERVER_NAMES}
         S.make_prompt_cache = partial(server_prompt_cache, options=self.options)
         S.BatchGenerator = kvq_batch_generator(self.options, self.meter)
         S.load = partial(server_load, dtype=getattr(args, "dtype", "float32"))
+        S.sharded_load = self._sharded_load
         _OPEN_SERVER.append(self)
         self.httpd = self.generator = self.thread = None
         try:
             self.provider = S.ModelProvider(self.args)
             self.provider.load_default()              # load here: a bad model or scheme fails before listening
+            if self.world > 1:                        # every flag (scheme, batch sizes, ...) equal on every rank, or one error
+                distributed.agree("the serve flags", {k: v for k, v in sorted(vars(self.args).items())
+                                                      if k not in ("host", "port") and not callable(v)}, self.group)
             self.caches = S.make_prompt_cache(self.provider.model)
             self.report = cache_report(self.caches, self.provider.model)
             try: mx.eval(self.provider.model(mx.array([[0]]), cache=self.caches))   # one token: a cache the model
             except ValueError as e:                                                 # cannot take fails here, not mid-batch
                 raise CliError(f"kv={self.scheme} cannot serve this model: {str(e).strip().splitlines()[0]}") from None
             self.need = KVNeed(self.caches, self.report, self.options.get("max_kv_size"), self.args.prefill_step_size)
+            self.layout = distributed.layout_of(self.provider.model)
+            self.whole_report = distributed.whole_report(self.report, self.provider.model, self.group)   # a collective
+            self.rank_bytes_per_token = [int(x) for x in distributed.all_sum(
+                np.eye(self.world, dtype=np.int64)[self.rank] * self.need.bytes_per_token, self.group)]
             self.context = context_length(_model_config(self.args.model))
             self.prompt_cache = BudgetPromptCache(self.args.prompt_cache_size, self.args.prompt_cache_bytes, self.budget)
-            family = socket.getaddrinfo(self.args.host, self.args.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            server_class = type("KVQHTTPServer", (ThreadingHTTPServer,), {"address_family": family[0], "daemon_threads": True})
-            handler = type("Handler", (KVQHandler,), {"server_state": self})
-            fingerprint = S.get_system_fingerprint()
-            try: self.httpd = server_class(family[4][:2], lambda *a, **k: handler(self.generator, *a, system_fingerprint=fingerprint, **k))
-            except OSError as e:
-                raise CliError(f"cannot listen on {self.args.host}:{self.args.port} ({e.strerror}): "
-                               "pick another --port (0: any free port)") from None
+            self.meter.prompt_cache_bytes = lambda: self.prompt_cache.nbytes
+            failed = self._listen() if self.rank == 0 else ""   # only rank 0 listens (as mlx_lm.server)
+            if self.world > 1: failed = next((f for f in distributed.gather_text(failed, self.group) if f), "")
+            if failed: raise CliError(failed)              # on every rank: none is left waiting in a collective
             self.generator = S.ResponseGenerator(self.provider, self.prompt_cache)
         except BaseException:
             self.close(); raise
-        self.host, self.port = self.httpd.server_address[:2]
+        self.host, self.port = self.httpd.server_address[:2] if self.httpd is not None else (self.args.host, None)
         self.model_names = {"default_model", self.args.model, str(Path(self.args.model).resolve())}
+
+    def _sharded_load(self, *args, **kwargs):
+        "`mlx_lm.utils.sharded_load` for the model provider: `distributed.server_sharded_load` (checked split, `--dtype`)"
+        out = distributed.server_sharded_load(*args, dtype=getattr(mx, getattr(self.args, "dtype", "float32")), **kwargs)
+        self.options.setdefault("tokenizer", out[1])      # auto:B on a split model plans on calibration text
+        return out
+
+    def _listen(self) -> str:
+        "Open the HTTP server (rank 0); the error text, or '' when it listens"
+        family = socket.getaddrinfo(self.args.host, self.args.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        server_class = type("KVQHTTPServer", (ThreadingHTTPServer,), {"address_family": family[0], "daemon_threads": True})
+        handler = type("Handler", (KVQHandler,), {"server_state": self})
+        fingerprint = S.get_system_fingerprint()
+        try: self.httpd = server_class(family[4][:2], lambda *a, **k: handler(self.generator, *a, system_fingerprint=fingerprint, **k))
+        except OSError as e:
+            return f"cannot listen on {self.args.host}:{self.args.port} ({e.strerror}): pick another --port (0: any free port)"
+        return ""
 
     @property
     def url(self) -> str: return f"http://{self.host}:{self.port}"
@@ -358,27 +404,38 @@ class KVQServer:
         return need
 
     def metrics(self) -> dict:
-        "Active and queued requests, KV bytes held (running caches + prompt cache), bytes per token, memory."
+        """Active and queued requests, KV bytes held (running caches + prompt cache), bytes per token, memory. On a split
+        model the bytes are the whole model's (all ranks, as last measured by the generation thread), each rank's in the
+        `rank_*` lists; the memory figures are rank 0's"""
         m, b, lru = self.meter, self.budget, self.prompt_cache
-        held = m.kv_bytes + lru.nbytes
-        return dict(scheme=self.scheme, requests_active=b.active, requests_queued=b.queued, requests_admitted=b.admitted,
+        lru_bytes = sum(m.rank_prompt_cache_bytes) if self.world > 1 else lru.nbytes
+        held = m.kv_bytes + lru_bytes
+        out = dict(scheme=self.scheme, requests_active=b.active, requests_queued=b.queued, requests_admitted=b.admitted,
                     peak_requests_active=b.peak_active, peak_requests_queued=b.peak_queued,
                     requests_rejected={str(k): v for k, v in sorted(self.rejected.items())}, disconnects=self.disconnects,
                     kv_budget=b.budget, kv_bytes_reserved=b.reserved, kv_bytes_active=m.kv_bytes,
-                    kv_bytes_prompt_cache=lru.nbytes, kv_bytes_held=held, peak_kv_bytes_active=m.peak_kv_bytes,
+                    kv_bytes_prompt_cache=lru_bytes, kv_bytes_held=held, peak_kv_bytes_active=m.peak_kv_bytes,
                     tokens_active=m.tokens, bytes_per_token_active=(m.kv_bytes / m.tokens) if m.tokens else None,
-                    bytes_per_token_scheme=self.need.bytes_per_token, prompt_cache_sequences=len(lru),
+                    bytes_per_token_scheme=sum(self.rank_bytes_per_token), prompt_cache_sequences=len(lru),
                     context_length=self.context, active_memory=mx.get_active_memory(), peak_memory=mx.get_peak_memory())
+        if self.world > 1:
+            out.update(ranks=self.world, layout=f"{self.layout.parallel} parallel over {self.world} ranks",
+                       rank_kv_bytes_active=m.rank_kv_bytes, rank_peak_kv_bytes_active=m.rank_peak_kv_bytes,
+                       rank_kv_bytes_prompt_cache=m.rank_prompt_cache_bytes, rank_bytes_per_token_scheme=self.rank_bytes_per_token)
+        return out
 
     def start(self):
-        "Serve in a daemon thread; returns self."
+        "Serve in a daemon thread (rank 0; the other ranks of a split model follow in their generation thread); returns self."
+        if self.httpd is None: return self
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name="mlx-kvq-serve")
         self.thread.start()
         return self
 
     def serve_forever(self):
-        "Serve until interrupted (Ctrl-C), then close."
-        try: self.httpd.serve_forever()
+        "Serve until interrupted (Ctrl-C), then close; a rank other than 0 follows rank 0's requests until it ends"
+        try:
+            if self.httpd is not None: self.httpd.serve_forever()
+            else: self.generator.join()
         finally: self.close()
 
     def close(self):
@@ -400,13 +457,18 @@ class KVQServer:
 def run_serve(args) -> int:
     "`mlx-kvq serve`: mlx_lm.server with the chosen KV cache, budget and metrics."
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), None), format="%(asctime)s - %(levelname)s - %(message)s")
+    group = mx.distributed.init()
+    if group.size() > 1: distributed.quiet_other_ranks(group)     # under mlx.launch: rank 0 prints
     server = KVQServer(args)
     if server.args.host not in ("127.0.0.1", "localhost", "::1"):
         warnings.warn("mlx_lm.server is not recommended for production as it only implements basic security checks.")
     budget = "none" if server.budget.budget is None else f"{server.budget.budget:,} bytes"
     print(f"mlx-kvq serve: {server.args.model} with kv={server.scheme} at {server.url} "
           f"(batched: {'yes' if server.provider.is_batchable else 'no'}; kv budget: {budget}; "
-          f"{server.need.bytes_per_token:,} bytes per token)", flush=True)
+          f"{sum(server.rank_bytes_per_token):,} bytes per token)", flush=True)
+    if server.world > 1:
+        print(f"{server.layout}; bytes per token per rank: {server.rank_bytes_per_token}", flush=True)
+        print(server.whole_report, flush=True)
     print(server.report, flush=True)
     try: server.serve_forever()
     except KeyboardInterrupt: pass
