@@ -203,10 +203,12 @@ def _shared(x: mx.array, keys: mx.array) -> mx.array:
     return (x.reshape(B, L * H, -1) @ keys).reshape(B, L, H, -1)
 
 def window_entry_attention(q: mx.array, wkeys: mx.array, wmask: mx.array, ekeys: Optional[mx.array],
-                           emask: Optional[mx.array], sinks: mx.array, scale: float) -> mx.array:
+                           emask: Optional[mx.array], sinks: mx.array, scale: float, erot=None) -> mx.array:
     """Attention of queries (B, L, H, D) over two sets of latents, one softmax with the sink logit: the window
     `wkeys` (B, M, D) under `wmask` (B, L, M), and entries `ekeys`, shared (B, N, D) or one set per query
-    (B, L, K, D), under `emask` (B, L, N|K). Float32; the two sets are never concatenated."""
+    (B, L, K, D), under `emask` (B, L, N|K). Float32; the two sets are never concatenated. With `erot` (an orthogonal
+    rotation) the entries are in its space: the queries are rotated for their scores and their weighted sum is
+    rotated back, which costs (L, H, D) rotations instead of one per entry row."""
     qf = q.astype(mx.float32) * scale
     wk = wkeys.astype(mx.float32)
     sw = mx.where(wmask[:, :, None], _shared(qf, wk.swapaxes(-1, -2)), -mx.inf)        # (B, L, H, M)
@@ -214,14 +216,16 @@ def window_entry_attention(q: mx.array, wkeys: mx.array, wmask: mx.array, ekeys:
     m = mx.maximum(sw.max(-1, keepdims=True), sink)
     if ekeys is not None:
         ek = ekeys.astype(mx.float32)
-        dots = _shared(qf, ek.swapaxes(-1, -2)) if ek.ndim == 3 else qf @ ek.swapaxes(-1, -2)
+        qe = qf if erot is None else erot.forward(qf)
+        dots = _shared(qe, ek.swapaxes(-1, -2)) if ek.ndim == 3 else qe @ ek.swapaxes(-1, -2)
         se = mx.where(emask[:, :, None], dots, -mx.inf)
         m = mx.maximum(m, se.max(-1, keepdims=True))
     pw = mx.exp(sw - m)
     num, den = _shared(pw, wk), pw.sum(-1, keepdims=True) + mx.exp(sink - m)
     if ekeys is not None:
         pe = mx.exp(se - m)
-        num, den = num + (_shared(pe, ek) if ek.ndim == 3 else pe @ ek), den + pe.sum(-1, keepdims=True)
+        ne = _shared(pe, ek) if ek.ndim == 3 else pe @ ek
+        num, den = num + (ne if erot is None else erot.inverse(ne)), den + pe.sum(-1, keepdims=True)
     return (num / den).astype(q.dtype)
 
 # %% ../nbs/07_dsv4_csa.ipynb #1afa8a8f
@@ -348,15 +352,17 @@ class Attention(nn.Module):
             return window_entry_attention(q, wkeys, wmask, None, None, self.attn_sink, self.scale)
         if self.ratio != 4:                                                    # HCA: every visible entry
             emask = mx.array(np.arange(n)[None, None] < visible_entries(t, self.ratio))
-            return window_entry_attention(q, wkeys, wmask, cache.entries.rows(n), emask, self.attn_sink, self.scale)
+            return window_entry_attention(q, wkeys, wmask, cache.entries.rows(n, rotated=True), emask, self.attn_sink, self.scale,
+                                          cache.entries.space)
         K = selected.shape[-1]
         step = max(1, block // max(1, K * D))
         outs = []
         for s in range(0, L, step):
             e = min(L, s + step)
             sel = selected[:, s:e]
-            rows = cache.entries.gather(mx.maximum(sel, 0).reshape(B, -1)).reshape(B, e - s, K, D)
-            outs.append(window_entry_attention(q[:, s:e], wkeys, wmask[:, s:e], rows, sel >= 0, self.attn_sink, self.scale))
+            rows = cache.entries.gather(mx.maximum(sel, 0).reshape(B, -1), rotated=True).reshape(B, e - s, K, D)
+            outs.append(window_entry_attention(q[:, s:e], wkeys, wmask[:, s:e], rows, sel >= 0, self.attn_sink, self.scale,
+                                               cache.entries.space))
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
 
     def finish(self, out: mx.array, positions) -> mx.array:

@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models import cache as mlx_cache
 from .codecs import Codec
+from .turbo_codec import TurboCodec
 from .qcache import register_cache_class
 from .contract import check_update, check_trim, check_sparse_state
 
@@ -90,22 +91,30 @@ class EntryStore:
         "Append rows (B, n, D) after the used ones (every request the same count)."
         if rows is not None: self.write(rows, self.n, self.n + rows.shape[1])
 
-    def decode(self, parts: tuple, dtype=None) -> mx.array:
-        "Parts (B, 1, M, ...) of this store's layout -> rows (B, M, D)."
-        return (parts[0] if self.codec is None else self.codec.decode(parts, dtype or self.dtype))[:, 0]
+    @property
+    def space(self):
+        "The rotation of the space `rotated=True` reads return rows in (a TurboCodec's), or None: the original space"
+        return self.codec.rotation if type(self.codec) is TurboCodec and self.codec.dim is not None else None
+
+    def decode(self, parts: tuple, dtype=None, rotated: bool = False) -> mx.array:
+        """Parts (B, 1, M, ...) of this store's layout -> rows (B, M, D); with `rotated` and a `space`, the rows stay in the
+        codec's rotated space (no inverse rotation: attention rotates the query and its output instead)."""
+        if self.codec is None: return parts[0][:, 0]
+        if rotated and self.space is not None: return self.codec.decode_rotated(parts, dtype or self.dtype)[:, 0]
+        return self.codec.decode(parts, dtype or self.dtype)[:, 0]
 
     def prefix_parts(self, n: int) -> tuple:
         "The stored parts of rows [0, n) (views, nothing decoded)."
         return tuple(p[..., :n, :] for p in self.parts)
 
-    def gather(self, idx: mx.array) -> mx.array:
-        "Rows `idx` (B, M) (each >= 0) of each request, decoded (only these): (B, M, D)."
-        return self.decode(tuple(take_rows(p[:, 0], idx)[:, None] for p in self.parts))
+    def gather(self, idx: mx.array, rotated: bool = False) -> mx.array:
+        "Rows `idx` (B, M) (each >= 0) of each request, decoded (only these): (B, M, D) (in `space` if `rotated`)."
+        return self.decode(tuple(take_rows(p[:, 0], idx)[:, None] for p in self.parts), rotated=rotated)
 
-    def rows(self, n: Optional[int] = None) -> Optional[mx.array]:
-        "The first `n` rows (default: the used ones) (B, n, D), decoded if a codec stores them; None while empty."
+    def rows(self, n: Optional[int] = None, rotated: bool = False) -> Optional[mx.array]:
+        "The first `n` rows (default: the used ones) (B, n, D), decoded if a codec stores them (in `space` if `rotated`); None while empty."
         n = self.n if n is None else n
-        return None if n == 0 or self.parts is None else self.decode(self.prefix_parts(n))
+        return None if n == 0 or self.parts is None else self.decode(self.prefix_parts(n), rotated=rotated)
 
     @property
     def nbytes(self) -> int: return 0 if self.parts is None else sum(p.nbytes for p in self.parts)
