@@ -71,17 +71,21 @@ if args.gemma_tokens:
     text = ' '.join(topics[t] for t in sorted(topics))
     ids = mx.array(tok.encode(text)[:args.gemma_prompt])[None]
     lines += ["", f"## Embedded Gemma 3 270M (float32), greedy decode after a {ids.shape[1]}-token prompt (prefill in chunks of 256)", "",
-              "| kv | decode tokens/s | ratio vs uncompressed |", "| --- | ---: | ---: |"]
-    base = None
+              "Steps of the two caches alternate (one each in turn).", "", "| kv | decode tokens/s | ratio vs uncompressed |", "| --- | ---: | ---: |"]
+    state = {}
     for kv in ('fp16', 'auto:5'):
         cache = make_prompt_cache(model, kv=kv, tokenizer=tok) if kv.startswith('auto') else make_prompt_cache(model, kv=kv)
         for s in range(0, ids.shape[1], 256): mx.eval(model(ids[:, s:s + 256], cache=cache))
         y = mx.argmax(model(ids[:, -1:], cache=cache)[:, -1:], -1); mx.eval(y)
-        t = time.perf_counter()
-        for _ in range(args.gemma_tokens):
-            y = mx.argmax(model(y, cache=cache)[:, -1:], -1); mx.eval(y)
-        tps = args.gemma_tokens / (time.perf_counter() - t)
-        base = base or tps
+        state[kv] = [cache, y, 0.0]
+    for _ in range(args.gemma_tokens):          # one step of each in turn: a shared machine's load hits both alike
+        for kv, st in state.items():
+            t = time.perf_counter()
+            st[1] = mx.argmax(model(st[1], cache=st[0])[:, -1:], -1); mx.eval(st[1])
+            st[2] += time.perf_counter() - t
+    base = args.gemma_tokens / state['fp16'][2]
+    for kv, st in state.items():
+        tps = args.gemma_tokens / st[2]
         lines.append(f"| {'uncompressed' if kv == 'fp16' else kv} | {tps:.1f} | {tps / base:.2f} |")
         print(lines[-1], flush=True)
 open(args.out, 'w').write('\n'.join(lines) + '\n')
