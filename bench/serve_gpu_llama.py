@@ -13,7 +13,9 @@ logits and peak memory per scheme, so a failure under the server can be told apa
 
 Environment (defaults in brackets): SERVE_SCHEMES ["fp16 affine:8,4 turbo:4"], SERVE_CLIENTS [8], SERVE_REQUESTS [1]
 per client, SERVE_PROMPT_TOKENS [16384], SERVE_MAX_TOKENS [32], SERVE_DTYPE [float16], SERVE_TIMEOUT [300] seconds per
-request, SERVE_DIRECT [1] (0 skips the in-process check), SERVE_MODEL_DIR [/tmp/llama32_1b_random]; shape overrides for
+request, SERVE_DIRECT [1] (0 skips the in-process check), SERVE_DEADLINE [0: none] seconds after which no further
+scheme starts, SERVE_PROMPT_CONCURRENCY [SERVE_CLIENTS] and SERVE_PREFILL_STEP [2048] (the server's
+--prompt-concurrency and --prefill-step-size), SERVE_MODEL_DIR [/tmp/llama32_1b_random]; shape overrides for
 a run on a CPU: SERVE_LAYERS [16], SERVE_HIDDEN [2048], SERVE_HEADS [32], SERVE_KV_HEADS [8], SERVE_INTERMEDIATE
 [8192], SERVE_VOCAB [128256]. Prompts are random words of a word-level tokenizer (one token each), distinct per request
 (no prompt-cache reuse). The default scheme for a model other than the embedded Gemma is fp16 (auto:B needs a
@@ -40,11 +42,13 @@ SCHEMES = E("SERVE_SCHEMES", "fp16 affine:8,4 turbo:4").split()
 CLIENTS, REQUESTS = int(E("SERVE_CLIENTS", 8)), int(E("SERVE_REQUESTS", 1))
 PROMPT, MAX_TOKENS, DTYPE = int(E("SERVE_PROMPT_TOKENS", 16384)), int(E("SERVE_MAX_TOKENS", 32)), E("SERVE_DTYPE", "float16")
 TIMEOUT, DIRECT = float(E("SERVE_TIMEOUT", 300)), E("SERVE_DIRECT", "1") != "0"
+DEADLINE = float(E("SERVE_DEADLINE", 0))            # seconds; 0: none. A scheme starts only before it
+PREFILL_STEP = int(E("SERVE_PREFILL_STEP", 2048))   # mlx_lm.server's --prefill-step-size (its default 2048)
+PROMPT_CONC = int(E("SERVE_PROMPT_CONCURRENCY", 0)) or CLIENTS   # --prompt-concurrency: prompts prefilled together
 MODEL_DIR = Path(E("SERVE_MODEL_DIR", "/tmp/llama32_1b_random"))
 SHAPE = dict(num_hidden_layers=int(E("SERVE_LAYERS", 16)), hidden_size=int(E("SERVE_HIDDEN", 2048)),
              num_attention_heads=int(E("SERVE_HEADS", 32)), num_key_value_heads=int(E("SERVE_KV_HEADS", 8)),
              intermediate_size=int(E("SERVE_INTERMEDIATE", 8192)), vocab_size=int(E("SERVE_VOCAB", 128256)))
-PREFILL_STEP = 2048                               # mlx_lm.server's --prefill-step-size default
 
 
 def log(*a): print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
@@ -95,7 +99,7 @@ def start_server(kv, log_path):
     f = open(log_path, "w")
     p = subprocess.Popen([sys.executable, "-u", "-m", "mlx_kvq", "serve", "--model", str(MODEL_DIR), "--kv", kv, "--dtype", DTYPE,
                           "--host", "127.0.0.1", "--port", "0", "--log-level", "INFO", "--decode-concurrency", str(CLIENTS),
-                          "--prompt-concurrency", str(CLIENTS)], stdout=f, stderr=subprocess.STDOUT, text=True, env=env)
+                          "--prompt-concurrency", str(PROMPT_CONC), "--prefill-step-size", str(PREFILL_STEP)], stdout=f, stderr=subprocess.STDOUT, text=True, env=env)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 600:
         m = re.search(r"at (http://127\.0\.0\.1:\d+)", log_path.read_text())
@@ -152,6 +156,8 @@ def main(out_dir):
         (out_dir / "direct.json").write_text(json.dumps(direct, indent=1))
     rows, notes = [], []
     for kv in SCHEMES:
+        if DEADLINE and time.perf_counter() - t_start > DEADLINE:
+            log(f"kv={kv}: skipped (SERVE_DEADLINE {DEADLINE:.0f} s passed)"); notes.append(f"kv={kv}: not run (SERVE_DEADLINE passed)"); continue
         name = re.sub(r"[^A-Za-z0-9]+", "_", kv)
         log_path = out_dir / f"server_{name}.log"
         t0 = time.perf_counter()
@@ -191,6 +197,7 @@ def write_report(out_dir, rows, direct, notes, cmd, seconds):
     md = ["# `mlx-kvq serve` under load: random-weight Llama-3.2-1B shape", "", f"Machine: {machine()}.",
           f"Command: `{cmd.strip()}` ({seconds:.0f} s in all, model creation included).", "",
           f"{CLIENTS} clients x {REQUESTS} requests, {PROMPT}-token prompts, {MAX_TOKENS} generated tokens, streaming, greedy; "
+          f"server flags --decode-concurrency {CLIENTS} --prompt-concurrency {PROMPT_CONC} --prefill-step-size {PREFILL_STEP}; "
           "one warm-up request per scheme first. Shape: " + ", ".join(f"{k} {v}" for k, v in SHAPE.items()) + ".", "",
           serve_load_table(rows), "",
           "| scheme | gen tok/s vs fp16 | prompt+gen tok/s vs fp16 | peak running KV bytes vs fp16 | server after the load |",
