@@ -6,7 +6,8 @@ default scheme (auto:5), then the admission figure (how many concurrent 4K-token
 Sizes come from the environment (defaults: the issue's run): SERVE_CLIENTS=8, SERVE_REQUESTS=10 (per client),
 SERVE_PROMPT_TOKENS=1500, SERVE_MAX_TOKENS=16, SERVE_SCHEMES="fp16 affine:8,4 auto:5", SERVE_BUDGET=1GB,
 SERVE_ADMIT_TOKENS=4096. Each scheme gets a fresh `python -m mlx_kvq serve` subprocess on 127.0.0.1 (port 0), driven
-by `mlx_kvq.bench_serve.load_test` (the same code as `mlx-kvq bench-serve`). Writes bench/serve_gemma.{md,json}.
+by `mlx_kvq.bench_serve.load_test` (the same code as `mlx-kvq bench-serve`). Writes bench/serve_gemma.{md,json} (SERVE_OUT),
+the servers' output in SERVE_LOG_DIR (/tmp/serve_gemma_logs).
 """
 import datetime, json, os, platform, re, signal, subprocess, sys, time
 from pathlib import Path
@@ -27,16 +28,24 @@ BUDGET, ADMIT = parse_bytes(E("SERVE_BUDGET", "1GB")), int(E("SERVE_ADMIT_TOKENS
 OUT = Path(E("SERVE_OUT", ROOT / "bench" / "serve_gemma"))
 
 
+LOGS = Path(E("SERVE_LOG_DIR", "/tmp/serve_gemma_logs"))
+
+
 def start_server(kv, extra=()):
+    "`python -m mlx_kvq serve` with stdout and stderr in SERVE_LOG_DIR/server_<scheme>.log; (process, url) once it listens."
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    p = subprocess.Popen([sys.executable, "-m", "mlx_kvq", "serve", "--kv", kv, "--host", "127.0.0.1", "--port", "0",
-                          "--log-level", "WARNING", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"server_{re.sub(r'[^A-Za-z0-9]+', '_', kv)}.log"
+    p = subprocess.Popen([sys.executable, "-u", "-m", "mlx_kvq", "serve", "--kv", kv, "--host", "127.0.0.1", "--port", "0",
+                          "--log-level", "WARNING", *extra], stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True, env=env)
     t0 = time.monotonic()
-    for line in p.stdout:                      # the first line names the URL
-        m = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+    while time.monotonic() - t0 < 900:
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)", log_path.read_text())
         if m: return p, m.group(1)
-        if time.monotonic() - t0 > 900: break
-    p.kill(); raise RuntimeError(f"server for kv={kv} did not start")
+        if p.poll() is not None: break
+        time.sleep(0.5)
+    p.kill(); p.wait()
+    raise RuntimeError(f"server for kv={kv} did not start; its log {log_path}:\n{log_path.read_text()[-3000:]}")
 
 
 def stop_server(p):
@@ -74,6 +83,8 @@ def main():
             res = load_test(url, reqs, CLIENTS, timeout=3600)
             s = res["summary"]
             print(f"kv={kv}: {s['requests']} requests in {time.time() - t0:.0f} s, errors {s['errors']}", flush=True)
+            bad = [r for r in res["results"] if r["error"]]
+            if bad: print(f"kv={kv}: first error: {bad[0]['error']!r} (server log in {LOGS})", flush=True)
             rows.append({k: v for k, v in s.items() if not k.startswith("server_")} | {"server_after": s["server_after"]})
             answers[kv] = [r["text"] for r in res["results"]]
             OUT.with_suffix(".partial.json").write_text(json.dumps(dict(machine=machine, rows=rows, answers=answers), indent=1))

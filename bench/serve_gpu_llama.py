@@ -7,8 +7,8 @@ Writes into OUTDIR: serve_gpu_llama.md and .json (rewritten after every scheme, 
 measured), server_<scheme>.log (the server's stdout and stderr: its start line, cache report, prompt progress and any
 traceback), answers_<scheme>.json (every request's status, error, tokens and times), direct.json (the in-process check).
 
-Before any server starts, an in-process check runs one prompt of the full length through each scheme's caches
-without the server (chunked prefill as the server does, then a few greedy tokens) and records an exception, non-finite
+Before any server starts, an in-process check runs one prompt, then a batch of two, of the full length through each
+scheme's caches without the server (chunked prefill as the server does, then a few greedy tokens) and records an exception, non-finite
 logits and peak memory per scheme, so a failure under the server can be told apart from a failure of the cache itself.
 
 Environment (defaults in brackets): SERVE_SCHEMES ["fp16 affine:8,4 turbo:4"], SERVE_CLIENTS [8], SERVE_REQUESTS [1]
@@ -71,22 +71,23 @@ def write_model():
     save_config({**{k: v for k, v in vars(args).items() if v is not None}, "kvq_dtype": DTYPE}, cfg)
 
 
-def direct_check(model, ids, kv):
-    "One request without the server: chunked prefill through the scheme's caches, then greedy tokens; what went wrong."
-    out = dict(scheme=kv, error=None, finite=None, tokens=None, seconds=None, kv_bytes=None, peak_memory=None)
+def direct_check(model, rows, kv):
+    """`rows` prompts of one length without the server: chunked prefill through the scheme's caches as one batch, then
+    greedy tokens; what went wrong (exception, non-finite logits), the time and the peak memory."""
+    out = dict(scheme=kv, batch=len(rows), error=None, finite=None, tokens=None, seconds=None, kv_bytes=None, peak_memory=None)
     mx.reset_peak_memory(); t0 = time.perf_counter()
     try:
         caches = lm_prompt_cache(model) if kv == "fp16-mlx-lm" else make_prompt_cache(model, kv)
-        x = mx.array(ids)[None]
-        for s in range(0, len(ids) - 1, PREFILL_STEP):
-            model(x[:, s:min(s + PREFILL_STEP, len(ids) - 1)], cache=caches)
+        x = mx.array(rows); n = x.shape[1]
+        for s in range(0, n - 1, PREFILL_STEP):
+            model(x[:, s:min(s + PREFILL_STEP, n - 1)], cache=caches)
             mx.eval([c.state for c in caches])
         tok, toks, finite = x[:, -1:], [], True
         for _ in range(4):
             logits = model(tok, cache=caches)[:, -1].astype(mx.float32)
             finite = finite and bool(mx.all(mx.isfinite(logits)).item())
-            tok = mx.argmax(logits, axis=-1, keepdims=True); toks.append(int(tok.item()))
-        out.update(finite=finite, tokens=toks, kv_bytes=cache_nbytes(caches))
+            tok = mx.argmax(logits, axis=-1, keepdims=True); toks.append(tok[:, 0].tolist())
+        out.update(finite=finite, tokens=[list(t) for t in zip(*toks)], kv_bytes=cache_nbytes(caches))
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"; out["traceback"] = traceback.format_exc()
     out["seconds"], out["peak_memory"] = time.perf_counter() - t0, mx.get_peak_memory()
@@ -145,13 +146,14 @@ def main(out_dir):
     if DIRECT:
         from mlx_kvq.models import load
         model, tok = load(str(MODEL_DIR), dtype=getattr(mx, DTYPE))
-        ids = tok.encode(prompts[0])
-        log(f"in-process check: {len(ids)}-token prompt, {model.layers[0].self_attn.n_heads} heads, {DTYPE}")
+        ids = [tok.encode(p) for p in prompts[:2]]
+        log(f"in-process check: {len(ids[0])}-token prompts, {model.layers[0].self_attn.n_heads} heads, {DTYPE}")
         for kv in ["fp16-mlx-lm", *SCHEMES]:
-            d = direct_check(model, ids, kv); direct.append(d)
-            log(f"  direct kv={kv}: {'ERROR ' + d['error'] if d['error'] else 'ok'}, finite logits {d['finite']}, "
-                f"tokens {d['tokens']}, {d['seconds']:.1f} s, KV {d['kv_bytes']}, peak memory {d['peak_memory'] / 1e9:.2f} GB")
-            mx.clear_cache()
+            for rows in (ids[:1], ids[:2]):
+                d = direct_check(model, rows, kv); direct.append(d)
+                log(f"  direct kv={kv} batch {len(rows)}: {'ERROR ' + d['error'] if d['error'] else 'ok'}, finite logits {d['finite']}, "
+                    f"tokens {d['tokens']}, {d['seconds']:.1f} s, KV {d['kv_bytes']}, peak memory {d['peak_memory'] / 1e9:.2f} GB")
+                mx.clear_cache()
         del model; mx.clear_cache()
         (out_dir / "direct.json").write_text(json.dumps(direct, indent=1))
     rows, notes = [], []
@@ -209,10 +211,11 @@ def write_report(out_dir, rows, direct, notes, cmd, seconds):
                   f"{rel(r['peak_kv_bytes_active'] or 0, fp and fp['peak_kv_bytes_active'])} | "
                   f"{r['health']}{'' if r['server_exit'] is None else ', exited ' + str(r['server_exit'])} |")
     if direct:
-        md += ["", "In-process check (one prompt, no server; fp16-mlx-lm is mlx-lm's own cache):", "",
-               "| scheme | error | finite logits | greedy tokens | seconds | KV bytes | peak memory GB |", "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+        md += ["", "In-process check (batches of 1 and 2 prompts of the full length, no server; fp16-mlx-lm is mlx-lm's own cache):", "",
+               "| scheme | batch | error | finite logits | greedy tokens | seconds | KV bytes | peak memory GB |",
+               "| --- | ---: | --- | --- | --- | ---: | ---: | ---: |"]
         for d in direct:
-            md.append(f"| {d['scheme']} | {(d['error'] or '')[:200]} | {d['finite']} | {d['tokens']} | {d['seconds']:.1f} | "
+            md.append(f"| {d['scheme']} | {d['batch']} | {(d['error'] or '')[:200]} | {d['finite']} | {d['tokens']} | {d['seconds']:.1f} | "
                       f"{d['kv_bytes'] if d['kv_bytes'] is not None else '-'} | {d['peak_memory'] / 1e9:.2f} |")
     if notes: md += ["", "Failures:", ""] + [f"- {n}" for n in notes]
     (out_dir / "serve_gpu_llama.md").write_text("\n".join(md) + "\n")
