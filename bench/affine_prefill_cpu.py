@@ -29,20 +29,19 @@ x = mx.random.randint(0, 100, (2, L))
 cache = make_prompt_cache(model, "affine:8,4"); mx.eval(model(x, cache=cache))
 print(f"## Attention of Lq new tokens over {L} cached affine:8,4 tokens, batch 2 (ms for the whole layer)\n")
 print("| query tokens Lq | rows per KV head (4 Lq) | quantized_matmul | decode + matmul | chosen by `_QMM_ROWS` |\n| ---: | ---: | ---: | ---: | --- |")
-on_gpu = A._on_gpu
+on_gpu, qmm_rows = A._on_gpu, A._QMM_ROWS
 for lq in (1, 2, 4, 8, 16, 32):
     res = {}
     for tag, f in (("qmm", lambda: False), ("deq", lambda: True)):   # _on_gpu() True: the decode path
-        A._on_gpu = f
+        A._on_gpu, A._QMM_ROWS = f, 10**9
         def step():
             mx.eval(model(x[:, :lq], cache=cache))
             for c in cache: c.trim(lq)
         res[tag] = med(step)
-    A._on_gpu = on_gpu
+    A._on_gpu, A._QMM_ROWS = on_gpu, qmm_rows
     print(f"| {lq} | {4 * lq} | {res['qmm'] * 1e3:.1f} | {res['deq'] * 1e3:.1f} | {'quantized_matmul' if 4 * lq <= A._QMM_ROWS else 'decode + matmul'} |")
 
 print(f"\n## Prefill of {L} tokens through the layer (s)\n\n| scheme | batch 1 | batch 2 |\n| --- | ---: | ---: |")
-qmm_rows = A._QMM_ROWS
 for kv in ("fp16", "affine:8,4", "affine:8,4 quantized_matmul always", "affine:8", "turbo:4"):
     row = []
     A._QMM_ROWS = 10**9 if kv.endswith("always") else qmm_rows   # the rule before _QMM_ROWS: every row count by quantized_matmul

@@ -77,15 +77,19 @@ def admission_run(kv, admitted, tok):
     n = admitted + 3
     reqs = mixed_requests(n, ADMIT, MAX_TOKENS, tokenizer=tok, kinds=("text",), seed=1)
     p, url = start_server(kv, ("--kv-budget", str(BUDGET)))
+    done = []                                  # answers that came back before the server was stopped (errors included)
     try:
-        for body, _ in reqs: threading.Thread(target=send_request, args=(url, body), kwargs=dict(timeout=900), daemon=True).start()
+        for body, _ in reqs:
+            threading.Thread(target=lambda b: done.append(send_request(url, b, timeout=900)), args=(body,), daemon=True).start()
         t0, m = time.monotonic(), {}
         while time.monotonic() - t0 < 600:
             m = get_json(url, "/metrics", timeout=60)
-            if m["requests_active"] + m["requests_queued"] + sum(m["requests_rejected"].values()) >= n: break
+            if m["requests_active"] + m["requests_queued"] + sum(m["requests_rejected"].values()) + len(done) >= n: break
             time.sleep(0.5)
+        errors = [r["error"] for r in list(done) if r["error"]]
         return dict(sent=n, active=m.get("requests_active"), queued=m.get("requests_queued"), rejected=m.get("requests_rejected"),
-                    reserved=m.get("kv_bytes_reserved"), seconds=time.monotonic() - t0)
+                    reserved=m.get("kv_bytes_reserved"), answered=len(done), client_errors=len(errors),
+                    first_error=str(errors[0]) if errors else None, seconds=time.monotonic() - t0)
     finally:
         p.kill(); p.wait()
 
@@ -150,7 +154,8 @@ def main(mode=""):
         r = a.get("run") or {}
         md.append(f"| {a['scheme']} | {a['reserved_per_request']:,} | {a['measured_nbytes']:,} | {a['admitted']} | "
                   f"{(a['admitted'] / fp['admitted']) if fp and fp['admitted'] else float('nan'):.2f}x | "
-                  f"{r.get('sent', '-')} / {r.get('active', '-')} / {r.get('queued', '-')} | {r.get('reserved') or 0:,} |")
+                  f"{r.get('sent', '-')} / {r.get('active', '-')} / {r.get('queued', '-')}"
+                  f"{'' if not r.get('client_errors') else ' (' + str(r['client_errors']) + ' client errors)'} | {r.get('reserved') or 0:,} |")
     if E("SERVE_NOTE"): md += ["", "## Size of this run", "", E("SERVE_NOTE")]
     OUT.with_suffix(".md").write_text("\n".join(md) + "\n")
     OUT.with_suffix(".json").write_text(json.dumps(dict(machine=machine, command=cmd, rows=rows, admission=admit,
