@@ -3,6 +3,13 @@ heads, head dim 64, vocab 128256) with ~16K-token prompts: generated tokens/s an
 
     python bench/serve_gpu_llama.py OUTDIR            # GPU: mlx[cuda13] installed, the repo on PYTHONPATH
 
+The GPU run (defaults: 8 clients x 1 request of 16,384 tokens, 32 generated, fp16 / affine:8,4 / turbo:4, float16;
+no further scheme starts after 110 s, a request taking over 90 s is an error):
+`SERVE_DEADLINE=110 SERVE_TIMEOUT=90 python bench/serve_gpu_llama.py $OUT/serve_gpu`.
+The same code at a tiny shape on a CPU (15 s on the 2-core development machine when it was quiet, 2026-11-24):
+`SERVE_DTYPE=float32 SERVE_LAYERS=2 SERVE_HIDDEN=256 SERVE_HEADS=4 SERVE_KV_HEADS=2 SERVE_INTERMEDIATE=512 SERVE_VOCAB=1000
+SERVE_PROMPT_TOKENS=1024 SERVE_MODEL_DIR=/tmp/llama_tiny python bench/serve_gpu_llama.py /tmp/serve_gpu_tiny`.
+
 Writes into OUTDIR: serve_gpu_llama.md and .json (rewritten after every scheme, so a run stopped early keeps what it
 measured), server_<scheme>.log (the server's stdout and stderr: its start line, cache report, prompt progress and any
 traceback), answers_<scheme>.json (every request's status, error, tokens and times), direct.json (the in-process check).
