@@ -4,8 +4,11 @@ heads, head dim 64, vocab 128256) with ~16K-token prompts: generated tokens/s an
     python bench/serve_gpu_llama.py OUTDIR            # GPU: mlx[cuda13] installed, the repo on PYTHONPATH
 
 The GPU run (defaults: 8 clients x 1 request of 16,384 tokens, 32 generated, fp16 / affine:8,4 / turbo:4, float16;
-no further scheme starts after 110 s, a request taking over 90 s is an error):
-`SERVE_DEADLINE=110 SERVE_TIMEOUT=90 python bench/serve_gpu_llama.py $OUT/serve_gpu`.
+no further scheme starts after 110 s, a request taking over 90 s is an error, 4 prompts prefilled together):
+`SERVE_DEADLINE=110 SERVE_TIMEOUT=90 SERVE_PROMPT_CONCURRENCY=4 python bench/serve_gpu_llama.py $OUT/serve_gpu`.
+(MLX's CUDA SDPA takes only one query token; a prefill chunk goes through its fallback, which holds the scores of the
+whole batch: 8 prompts x 32 heads x 2,048 x 16,384 in float16 are 17 GB per layer before the softmax's copies, and the
+CPU run measured a peak of about 2.4x the scores. 4 prompts at a time halve that; decoding still batches all 8.)
 The same code at a tiny shape on a CPU (15 s on the 2-core development machine when it was quiet, 2026-11-24):
 `SERVE_DTYPE=float32 SERVE_LAYERS=2 SERVE_HIDDEN=256 SERVE_HEADS=4 SERVE_KV_HEADS=2 SERVE_INTERMEDIATE=512 SERVE_VOCAB=1000
 SERVE_PROMPT_TOKENS=1024 SERVE_MODEL_DIR=/tmp/llama_tiny python bench/serve_gpu_llama.py /tmp/serve_gpu_tiny`.
