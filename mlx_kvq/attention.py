@@ -110,9 +110,17 @@ def _norm_row(b, parts):
 
 def _on_gpu(): return mx.default_device().type == mx.DeviceType.gpu
 
+_QMM_ROWS = 8   # query rows per KV head (G * Lq) up to which the CPU multiplies affine blocks by `quantized_matmul`
+
+def _use_qmm(b, rows):
+    """Affine band on the CPU with few query rows (decode): `quantized_matmul` reads the codes in place. With more rows
+    (a prefill chunk) decoding the block once and using the BLAS matmul is faster. (MLX's CUDA `quantized_matmul` is
+    wrong under broadcast batch dims, so the GPU always decodes.)"""
+    return b.table is None and b.gamma is not None and not _on_gpu() and rows <= _QMM_ROWS
+
 def _band_scores(b, qb, parts):
-    "Prepared queries (B, H, G, Lq, n) x one band of a block -> (B, H, G, Lq, L); affine on the CPU by `quantized_matmul`"
-    if b.table is None and b.gamma is not None and not _on_gpu():   # (MLX's CUDA quantized_matmul is wrong under broadcast batch dims)
+    "Prepared queries (B, H, G, Lq, n) x one band of a block -> (B, H, G, Lq, L); affine decode on the CPU by `quantized_matmul`"
+    if _use_qmm(b, qb.shape[2] * qb.shape[3]):
         B, H, G, Lq, n = qb.shape
         out = mx.quantized_matmul(qb.reshape(B, H, G * Lq, n), parts[b.words], parts[b.gamma].astype(mx.float32),
                                   parts[b.bias].astype(mx.float32), transpose=True, group_size=b.group_size, bits=b.bits)
@@ -123,7 +131,7 @@ def _band_scores(b, qb, parts):
 
 def _band_weighted(b, p, parts):
     "Weights (B, H, G, Lq, L) x one band of a block -> (B, H, G, Lq, n)"
-    if b.table is None and b.gamma is not None and not _on_gpu():
+    if _use_qmm(b, p.shape[2] * p.shape[3]):
         B, H, G, Lq, L = p.shape
         out = mx.quantized_matmul(p.reshape(B, H, G * Lq, L), parts[b.words], parts[b.gamma].astype(mx.float32),
                                   parts[b.bias].astype(mx.float32), transpose=False, group_size=b.group_size, bits=b.bits)

@@ -51,12 +51,12 @@ def send_request(url: str, body: dict, *, chat: bool = False, timeout: float = 6
             out["text"] = (ch.get("message") or {}).get("content") or "" if chat else ch.get("text", "")
             usage = resp.get("usage") or {}
         else:
-            usage = {}
+            usage, finished = {}, False
             for line in r:
                 line = line.strip()
                 if not line.startswith(b"data: "): continue
                 payload = line[6:]
-                if payload == b"[DONE]": break
+                if payload == b"[DONE]": finished = True; break
                 ev = json.loads(payload)
                 if ev.get("usage"): usage = ev["usage"]
                 for ch in ev.get("choices", []):
@@ -66,6 +66,9 @@ def send_request(url: str, body: dict, *, chat: bool = False, timeout: float = 6
                         out["text"] += piece
             out["seconds"] = time.perf_counter() - t0
             if out["ttft"] is None: out["ttft"] = out["seconds"]
+            if not finished:                  # the server closed the stream mid-answer (its generation failed)
+                out["error"] = "the stream ended before data: [DONE] (the server stopped mid-answer; see its log)"
+                return out
         out["prompt_tokens"], out["completion_tokens"] = usage.get("prompt_tokens"), usage.get("completion_tokens")
         out["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         return out

@@ -353,7 +353,8 @@ class KVQServer:
     def _listen(self) -> str:
         "Open the HTTP server (rank 0); the error text, or '' when it listens"
         family = socket.getaddrinfo(self.args.host, self.args.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        server_class = type("KVQHTTPServer", (ThreadingHTTPServer,), {"address_family": family[0], "daemon_threads": True})
+        server_class = type("KVQHTTPServer", (ThreadingHTTPServer,), {"address_family": family[0], "daemon_threads": True,
+                                                                "request_queue_size": 128})   # a burst of clients
         handler = type("Handler", (KVQHandler,), {"server_state": self})
         fingerprint = S.get_system_fingerprint()
         try: self.httpd = server_class(family[4][:2], lambda *a, **k: handler(self.generator, *a, system_fingerprint=fingerprint, **k))
