@@ -247,7 +247,8 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     for plan in (kplan, vplan):
         if plan.kind not in ('turbo', 'affine') or len(plan.bands) > 2: return False
         if any(not 1 <= b.bits <= 8 for b in plan.bands) or sum(_side_layout(plan)[0]) > 32: return False
-    if G > 64 or _shared_bytes(kplan, vplan, G) > _SHARED_LIMIT.get(kernel_backend(), 32 * 1024): return False
+    backend = kernel_backend() or 'cuda'
+    if G > 64 or _shared_bytes(kplan, vplan, G, backend) > _SHARED_LIMIT.get(backend, 32 * 1024): return False
     if mask is not None and (mask.ndim >= 5 and (mask.shape[1] != 1 or mask.shape[2] != 1)): return False
     return True
 

@@ -120,10 +120,39 @@ def _key_band(plan, i, b, first, toff, G, q4=False):
         }}
     }}"""
 
-def _red_size(vplan, GV):
-    "Floats of the value phase's cross-warp buffer: GV heads x SUB codes x one partial per (warp or token lane, sub-slice)"
+def _red_size(vplan, GV, backend='cuda'):
+    "Floats of the value phase's cross-thread buffer: GV heads x SUB codes x one partial per thread (CUDA), or per (warp or token lane, sub-slice) after warp shuffles (Metal: 32 KB of threadgroup memory)"
     SUB = _sub(vplan); VTSP = _pow2(sum(_side_layout(vplan)[0]) * (32 // SUB))
-    return GV * SUB * (NT // max(VTSP, 32)) * VTSP
+    return GV * SUB * (NT // max(VTSP, 32)) * VTSP if backend == 'metal' else GV * SUB * NT
+
+def _red_code(backend, GV):
+    "Source: write the value partials to `red` and read one (head, code, sub-slice) sum back (`a`), per backend"
+    if backend == 'metal':    # shuffles first: a smaller buffer, under Metal's 32 KB of threadgroup memory
+        write = f"""            for (int off = VTSP; off < 32; off <<= 1)
+                for (int gg = 0; gg < {GV}; ++gg) {{
+                    accb[gg] += KVQ_SHFL(accb[gg], off);
+                    for (int k = 0; k < SUB; ++k) acc[gg][k] += KVQ_SHFL(acc[gg][k], off);
+                }}
+            constexpr int WS = VTSP < 32 ? 32 : VTSP, P = {NT} / WS, RW = P * VTSP;
+            if (lane < VTSP || VTSP >= 32)
+                for (int gg = 0; gg < {GV}; ++gg)
+                    for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * RW + (tid / WS) * VTSP + j] = acc[gg][k] + accb[gg];
+            KVQ_SYNC();
+            for (int i = tid; i < VTS * {GV} * SUB; i += {NT}) {{
+                const int jv = i % VTS, gk = i / VTS, gg = gk / SUB, k = gk - gg * SUB;
+                float a = 0.0f;
+"""
+        read = "                for (int l2 = 0; l2 < P; ++l2) a += red[gk * RW + l2 * VTSP + jv];"
+    else:                     # one partial per thread (the layout measured on the H100)
+        write = f"""            for (int gg = 0; gg < {GV}; ++gg)
+                for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * {NT} + tid] = acc[gg][k] + accb[gg];
+            KVQ_SYNC();
+            for (int i = tid; i < VTS * {GV} * SUB; i += {NT}) {{
+                const int jv = i % VTS, gk = i / VTS, gg = gk / SUB, k = gk - gg * SUB;
+                float a = 0.0f;
+"""
+        read = "                for (int l2 = 0; l2 < NTL; ++l2) a += red[gk * {NT} + l2 * VTSP + jv];".replace('{NT}', str(NT))
+    return write, read
 
 def _sub(plan):
     "Codes per value thread: 8 when every band has <= 4 bits, else 4 (so a thread's codes span at most two words)"
@@ -199,6 +228,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     vb = [_value_band(vplan, i, b, vfirst[i], vtoff[i], GV) for i, b in enumerate(vplan.bands)]
     SUB = _sub(vplan); VTSP = _pow2(VNS * (32 // SUB))
     vbranch = vb[0] if len(vb) == 1 else f"if (sl < {vfirst[1]}) {vb[0]} else {vb[1]}"
+    red_write, red_read = _red_code(backend, GV)
     q4 = backend == 'cuda' and G % 4 == 0
     kb = [_key_band(kplan, i, b, kfirst[i], ktoff[i], G, q4) for i, b in enumerate(kplan.bands)]
     return _PRELUDE[backend] + f"""
@@ -211,7 +241,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
     KVQ_SHARED float qsum[{KNS * G}];
     KVQ_SHARED float sc[CHMAX * G];
-    KVQ_SHARED float red[{_red_size(vplan, GV)}];
+    KVQ_SHARED float red[{_red_size(vplan, GV, backend)}];
     KVQ_SHARED float stat[2 * G];
     KVQ_SHARED float ktab_s[{KT}];
     KVQ_SHARED float vtab_s[{VT}];
@@ -269,21 +299,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
             float accb[{GV}];
             for (int gg = 0; gg < {GV}; ++gg) {{ accb[gg] = 0.0f; for (int k = 0; k < SUB; ++k) acc[gg][k] = 0.0f; }}
             if (j < VTS) {vbranch}
-            // token lanes of a warp summed by shuffles, then one partial per (warp or token lane, sub-slice) in shared memory
-            for (int off = VTSP; off < 32; off <<= 1)
-                for (int gg = 0; gg < {GV}; ++gg) {{
-                    accb[gg] += KVQ_SHFL(accb[gg], off);
-                    for (int k = 0; k < SUB; ++k) acc[gg][k] += KVQ_SHFL(acc[gg][k], off);
-                }}
-            constexpr int WS = VTSP < 32 ? 32 : VTSP, P = {NT} / WS, RW = P * VTSP;
-            if (lane < VTSP || VTSP >= 32)
-                for (int gg = 0; gg < {GV}; ++gg)
-                    for (int k = 0; k < SUB; ++k) red[(gg * SUB + k) * RW + (tid / WS) * VTSP + j] = acc[gg][k] + accb[gg];
-            KVQ_SYNC();
-            for (int i = tid; i < VTS * {GV} * SUB; i += {NT}) {{
-                const int jv = i % VTS, gk = i / VTS, gg = gk / SUB, k = gk - gg * SUB;
-                float a = 0.0f;
-                for (int l2 = 0; l2 < P; ++l2) a += red[gk * RW + l2 * VTSP + jv];
+{red_write}{red_read}
                 const int slv = jv / NSUB, qv = jv - slv * NSUB;
                 if (g0 + gg < G) o[(((long)r * S + sp) * G + g0 + gg) * {VDP} + slv * 32 + qv * SUB + k] = a;
             }}
@@ -347,10 +363,10 @@ def _combine_source(backend, finish=None):
     else: body += "    out[rg * VDP + d] = (T)x[d];\n"
     return head + body
 
-def _shared_bytes(kplan, vplan, G):
+def _shared_bytes(kplan, vplan, G, backend='cuda'):
     KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
     GV = min(G, 4)
-    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _red_size(vplan, GV) + 2 * G
+    return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _red_size(vplan, GV, backend) + 2 * G
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
 CH_MAX = 1024           # most tokens per thread block

@@ -104,7 +104,7 @@ def _decode_inputs(kplan, vplan, qprep):
     ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
     return [(n, ty(n)) for n in ins]
 
-def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
+def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None, backend='cuda'):
     "(o, ml) of the decode kernel for prepared queries q (B, Hkv, G, 1, D) (qprep None), as `_run_decode` lays them out"
     B, Hkv, G = q.shape[0], kparts[0].shape[1], q.shape[2]
     R = B * Hkv
@@ -114,7 +114,7 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
     ins = _decode_inputs(kplan, vplan, qprep)
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, 'cuda', qprep), ins, ['o', 'ml'])
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep), ins, ['o', 'ml'])
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
     meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
@@ -126,7 +126,7 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None):
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
     launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
-    comb = compile_kernel(AK._combine_source('cuda', None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
+    comb = compile_kernel(AK._combine_source(backend, None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
     O = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
     comb([o, ml, meta], [O, mlo], R * G, 1, VDP)
     M, L = mlo[..., 0], mlo[..., 1]
@@ -177,7 +177,7 @@ def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
     ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
     return (mx.abs(out - ref).max() / mx.abs(ref).max()).item()
 
-def check(kc, vc, B, Hkv, G, D, n, masked, seed=0):
+def check(kc, vc, B, Hkv, G, D, n, masked, seed=0, backend='cuda'):
     "Max error of the emulated kernel's attention output vs the blockwise reference, relative to the output's scale"
     mx.random.seed(seed)
     k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
@@ -185,7 +185,7 @@ def check(kc, vc, B, Hkv, G, D, n, masked, seed=0):
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     kparts, vparts = kc.encode(k), vc.encode(v)
     mask = (mx.random.uniform(shape=(B, 1, 1, 1, n)) > 0.3) if masked else None
-    m, l, o = emulate(q, kp, vp, kparts, vparts, mask, n)
+    m, l, o = emulate(q, kp, vp, kparts, vparts, mask, n, backend=backend)
     rm, rl, ro = A._quantized_partial_mlx(q, kp, vp, kparts, vparts, mask, n)
     y, ry = o / l, ro / rl
     return (mx.abs(y - ry).max() / mx.abs(ry).max()).item()

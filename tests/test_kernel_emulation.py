@@ -46,3 +46,9 @@ def test_variants(monkeypatch):
     monkeypatch.setattr(AK, 'U', 2); monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
     for name, kc, vc, B, Hkv, G, D, n in (E.CASES[0], E.CASES[4]):
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= 1e-4, name
+
+@pytest.mark.parametrize('case', [c for c in E.CASES if c[0] in ('turbo:4', 'turbo:8/7', 'affine:3 g64 / affine:6 g32')], ids=lambda c: c[0])
+def test_metal_layout(case):
+    "The Metal source (value partials summed by warp shuffles first, for 32 KB of threadgroup memory) computes the same"
+    name, kc, vc, B, Hkv, G, D, n = case
+    assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
