@@ -12,14 +12,14 @@ from functools import lru_cache
 import numpy as np
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode
+from .packing import GuardedKernel, kernel_backend, lookup_decode, unpack_fields
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
 from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant, _fits
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'unpack_codes', 'fused_decode_partial', 'fused_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -79,22 +79,6 @@ def _finish_values(plan, outs, l):
     return y
 
 # %% ../nbs/03b_attention.ipynb #5b686f21
-@lru_cache(maxsize=None)
-def _unpack_index(bits, n):
-    p = np.arange(n) * bits
-    wi, sh = p >> 5, p & 31
-    st = sh + bits > 32
-    W = -(-n * bits // 32)
-    return (mx.array(wi.astype(np.int32)), mx.array(sh.astype(np.uint32)), mx.array(np.minimum(wi + 1, W - 1).astype(np.int32)),
-            mx.array(((32 - sh) & 31).astype(np.uint32)), mx.array(st) if st.any() else None)
-
-def unpack_codes(words, bits, n):
-    "uint32 words (.., W) -> uint32 codes (.., n): one gather per code, no 32x bit intermediate"
-    wi, sh, nxt, back, st = _unpack_index(bits, n)
-    c = mx.right_shift(mx.take(words, wi, axis=-1), sh)
-    if st is not None: c = c | mx.where(st, mx.left_shift(mx.take(words, nxt, axis=-1), back), 0)
-    return c & ((1 << bits) - 1)
-
 def _decode_band(b, parts, dtype):
     "One band of a block of tokens in the band's space: exact values, affine values, or turbo *unit* values table[code] (the per-token norm is applied to scores and weights instead)"
     w = parts[b.words]

@@ -7,6 +7,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/packing.html.md"""
 # %% ../nbs/02_packing.ipynb #dd3aa278
 from __future__ import annotations
 import math, warnings
+from functools import lru_cache
 
 import numpy as np
 import mlx.core as mx
@@ -17,8 +18,8 @@ from .rotation import get_rotation
 # %% auto #0
 __all__ = ['MAX_FUSED_DIM', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
            'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'fused_quantize_pack',
-           'fused_dequantize_unpack', 'GuardedKernel', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack',
-           'dequantize_unpack', 'check_fused']
+           'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
+           'quantize_pack', 'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -353,25 +354,29 @@ def _agree_dequantize(out, ref, words, norms, codebook, n):
 # codes per lookup chunk: a 16-bit view for widths that divide 16; 12-, 10-, 14-bit chunks cut from byte groups otherwise
 _LUT_CODES = {1: 16, 2: 8, 4: 4, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
 
+@lru_cache(maxsize=None)
+def _field_index(width, count, W):
+    "Word, shift, next word, back shift and straddle mask of `count` fields of `width` bits in W words"
+    p = np.arange(count) * width
+    wi, sh = p >> 5, p & 31
+    st = sh + width > 32
+    return (mx.array(np.minimum(wi, W - 1).astype(np.int32)), mx.array(sh.astype(np.uint32)),
+            mx.array(np.minimum(wi + 1, W - 1).astype(np.int32)), mx.array(((32 - sh) & 31).astype(np.uint32)),
+            mx.array(st) if st.any() else None)
+
+def unpack_fields(words, width, count):
+    "uint32 words (.., W) -> (.., count) uint32 fields of `width` (1..31) bits of the bit stream: a few gathers of words, no per-bit intermediate"
+    wi, sh, nxt, back, st = _field_index(width, count, words.shape[-1])
+    c = mx.right_shift(mx.take(words, wi, axis=-1), sh)
+    if st is not None: c = c | mx.where(st, mx.left_shift(mx.take(words, nxt, axis=-1), back), 0)
+    return c & ((1 << width) - 1)
+
 def _chunks(words, bits, n):
     "uint32 words (.., W) -> (.., ceil(n / k)) chunk values of k = _LUT_CODES[bits] codes each (code i of a chunk in bits [i*bits, (i+1)*bits))"
     k = _LUT_CODES[bits]
     nch = -(-n // k)
     if 16 % bits == 0: return words.view(mx.uint16)[..., :nch].astype(mx.uint32)
-    by = words.view(mx.uint8)                          # `bits` bytes hold 8 codes = 8 // k chunks of C bits
-    C, g = k * bits, -(-nch * k // 8)
-    need = g * bits
-    if by.shape[-1] < need: by = mx.concatenate([by, mx.zeros((*by.shape[:-1], need - by.shape[-1]), mx.uint8)], axis=-1)
-    by = by[..., :need].reshape(*by.shape[:-1], g, bits).astype(mx.uint32)
-    outs = []
-    for m in range(8 // k):                            # chunk m of a group: bits [m*C, (m+1)*C) of the group's 8*bits bits
-        lo, hi, c = m * C, (m + 1) * C, None
-        for i in range(lo // 8, -(-hi // 8)):
-            part = by[..., i]
-            part = mx.right_shift(part, lo - 8 * i) if lo > 8 * i else mx.left_shift(part, 8 * i - lo)
-            c = part if c is None else c | part
-        outs.append(c & ((1 << C) - 1))
-    return mx.stack(outs, axis=-1).reshape(*by.shape[:-2], g * (8 // k))[..., :nch]
+    return unpack_fields(words, k * bits, nch)      # 12-, 10- or 14-bit chunks: seven operations whatever their number
 
 _LUTS = {}
 def _lut(table, bits):
