@@ -1,0 +1,75 @@
+"""Registers, spills and static shared memory of mlx_kvq's CUDA decode kernel, without a GPU: the generated source is
+wrapped in the signature MLX's `mx.fast.cuda_kernel` gives it (inputs, `NAME_strides` where the source reads them,
+outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H200).
+
+    pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12   # NVIDIA's wheels, no GPU needed
+    python3 bench/cuda_registers.py [--arch sm_90]
+
+Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 0 bytes spilled, 35040 bytes smem`.
+Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 128 threads per block)."""
+import argparse, ctypes, os, re, subprocess, sys, tempfile
+import nvidia
+from mlx_kvq import attention_kernels as AK
+from mlx_kvq.attention import side_plan, _finish_kind
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.turbo_codec import TurboCodec
+
+ROOT = list(nvidia.__path__)[0]
+HEADER = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;
+struct Strides { long long v[10]; __device__ long long operator[](int i) const { return v[i]; } };
+"""
+
+def wrap(name, src, inputs, outputs):
+    "The kernel as MLX builds it: a __global__ function whose parameters are the inputs (+ strides) and the outputs"
+    ps = []
+    for n, t in inputs:
+        ps.append(f"    const {t}* {n}")
+        if n + '_strides' in src: ps.append(f"    const __grid_constant__ Strides {n}_strides")
+    ps += [f"    {t}* {n}" for n, t in outputs]
+    return HEADER + f"namespace mlx {{ namespace core {{ namespace cu {{\n__global__ void {name}(\n" + ',\n'.join(ps) + ") {\n" + src + "\n}\n}}}\n"
+
+def compile_ptxas(name, source, arch):
+    "(registers, spilled bytes, smem bytes) from NVRTC + ptxas -v"
+    lib = ctypes.CDLL(os.path.join(ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12'))
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f'{name}.cu'.encode(), 0, None, None) == 0
+    opts = [f'--gpu-architecture=compute_{arch[3:]}', '--std=c++17', f'-I{os.path.join(ROOT, "cuda_runtime", "include")}', '-default-device']
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts]))
+    n = ctypes.c_size_t()
+    if rc:
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)); log = ctypes.create_string_buffer(n.value); lib.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError(log.value.decode()[-3000:])
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(n)); ptx = ctypes.create_string_buffer(n.value); lib.nvrtcGetPTX(prog, ptx)
+    d = tempfile.mkdtemp()
+    with open(f'{d}/k.ptx', 'wb') as f: f.write(ptx.value)
+    ptxas = os.path.join(ROOT, 'cuda_nvcc', 'bin', 'ptxas')
+    if not os.access(ptxas, os.X_OK): os.chmod(ptxas, 0o755)
+    out = subprocess.run([ptxas, '-v', f'-arch={arch}', f'{d}/k.ptx', '-o', f'{d}/k.cubin'], capture_output=True, text=True)
+    if out.returncode: raise RuntimeError(out.stderr[-3000:])
+    log = out.stderr + out.stdout
+    get = lambda pat: int((re.findall(pat, log) or [0])[0])
+    return get(r'Used (\d+) registers'), get(r'(\d+) bytes spill stores'), get(r'(\d+) bytes smem')
+
+def decode_inputs(kplan, vplan, qprep):
+    ins = [('q', '__half' if qprep else 'float')] + [(f'kw{i}', 'uint32_t') for i in range(len(kplan.bands))] + \
+          [(f'kg{i}', '__half') for i in range(len(kplan.bands))] + ([('kz0', '__half')] if kplan.kind == 'affine' else [])
+    ins += [(f'vw{i}', 'uint32_t') for i in range(len(vplan.bands))] + [(f'vg{i}', '__half') for i in range(len(vplan.bands))] + \
+           ([('vz0', '__half')] if vplan.kind == 'affine' else [])
+    return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
+
+CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3', TurboCodec(3), TurboCodec(3, seed=1), 4, 128),
+           ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128), ('affine:4', AffineCodec(4), AffineCodec(4), 4, 128),
+           ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 8, 64)]
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90'); args = ap.parse_args()
+    for label, kc, vc, G, D in CONFIGS:
+        kp, vp = side_plan(kc, D), side_plan(vc, D)
+        qprep = _finish_kind(kp)
+        src = AK._decode_source(kp, vp, G, 'cuda', qprep)
+        regs, spill, smem = compile_ptxas('k', wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch)
+        print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
+              f"(U={AK.U}, UV={AK.UV}, CH_MAX={AK.CH_MAX}; {args.arch})")
