@@ -14,7 +14,7 @@ from mlx_kvq import attention as A
 from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turbo_codec import TurboCodec
-from mlx_kvq.calibrated import CalibratedTurboCodec, HalfCodec
+from mlx_kvq.calibrated import CalibratedTurboCodec
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--quick', action='store_true')

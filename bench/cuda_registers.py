@@ -7,7 +7,7 @@ outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H
 
 Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 0 bytes spilled, 35040 bytes smem`.
 Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 128 threads per block)."""
-import argparse, ctypes, os, re, subprocess, sys, tempfile
+import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK
 from mlx_kvq.attention import side_plan, _finish_kind

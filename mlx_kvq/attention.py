@@ -7,16 +7,14 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention.html.md"""
 # %% ../nbs/03b_attention.ipynb #41886dae
 from __future__ import annotations
 import hashlib, math
-from functools import lru_cache
 
-import numpy as np
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, unpack_fields
-from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask, _segments
+from .packing import GuardedKernel, kernel_backend, lookup_decode
+from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chmax, _chunk, _variant, _fits
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']

@@ -221,7 +221,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     GV = min(G, 4)
     ksl, kfirst, ktoff, KT = _side_layout(kplan); vsl, vfirst, vtoff, VT = _side_layout(vplan)
     KNS, VNS = sum(ksl), sum(vsl)
-    KNSP, VNSP = _pow2(KNS), _pow2(VNS)
+    KNSP = _pow2(KNS)
     KDP, VDP = 32 * KNS, 32 * VNS
     CHMAX = _chmax(G)
     kaff = kplan.bands[0].table is None
@@ -364,7 +364,7 @@ def _combine_source(backend, finish=None):
     return head + body
 
 def _shared_bytes(kplan, vplan, G, backend='cuda'):
-    KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
+    KNS = sum(_side_layout(kplan)[0])
     GV = min(G, 4)
     return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _red_size(vplan, GV, backend) + 2 * G
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])

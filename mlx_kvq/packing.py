@@ -380,8 +380,8 @@ def _chunks(words, bits, n):
 
 _LUTS = {}
 def _lut(table, bits):
-    "(2**(k*bits), k) float32: the k table values of every chunk value (built once per code table)"
-    t = np.array(table, dtype=np.float32)
+    "(2**(k*bits), k // 2) uint64: the k float32 table values of every chunk value, in pairs (built once per table's values)"
+    t = np.asarray(table, dtype=np.float32)
     key = (bits, t.tobytes())
     if key not in _LUTS:
         k = _LUT_CODES[bits]
@@ -392,6 +392,10 @@ def _lut(table, bits):
 
 def lookup_decode(words, table, bits, n):
     "table[code] of every code, (.., n) float32: one gather per chunk of codes from a chunk-value table, no per-code gather"
+    bits = check_bits(bits); W = packed_words(n, bits)
+    if words.dtype != mx.uint32 or words.shape[-1] != W:
+        raise ValueError(f"{n} codes of {bits} bits take uint32 words (..., {W}), got {words.dtype} {tuple(words.shape)}")
+    if len(table) != 1 << bits: raise ValueError(f"a {bits}-bit code table has {1 << bits} values, got {len(table)}")
     ch = _chunks(words, bits, n)
     vals = mx.take(_lut(table, bits), ch, axis=0).view(mx.float32)
     return vals.reshape(*ch.shape[:-1], ch.shape[-1] * _LUT_CODES[bits])[..., :n]

@@ -12,7 +12,7 @@ from fastcore.basics import patch_to
 
 from .codebook import sphere_codebook
 from .rotation import get_rotation
-from .packing import packed_words, quantize_pack, dequantize_unpack, unpack, lookup_decode
+from .packing import packed_words, quantize_pack, dequantize_unpack, lookup_decode
 from .codecs import Codec, register_codec
 
 # %% auto #0
@@ -82,7 +82,7 @@ def decode(self, parts, dtype=mx.float32):
 # %% ../nbs/03_turbo_codec.ipynb #71c47119
 def _centroids(codec, words, dtype):
     "Centroid value of every code (the unit vectors in the rotated space), (B, H, L, D)"
-    return lookup_decode(words, codec.codebook.centroids_mx, codec.bits, codec.dim).astype(dtype)
+    return lookup_decode(words, codec.codebook.centroids, codec.bits, codec.dim).astype(dtype)   # numpy table: no array made per call
 
 def _norm_row(norms, dtype):
     "(B, H, L, 1) norms as (B, H, 1, 1, L), to scale the key axis of (B, H, G, Lq, L) blocks"

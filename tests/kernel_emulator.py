@@ -5,7 +5,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
-import ctypes, hashlib, math, os, subprocess, sys, tempfile
+import ctypes, hashlib, math, subprocess, sys, tempfile
 import numpy as np
 import mlx.core as mx
 
@@ -104,13 +104,9 @@ def _decode_inputs(kplan, vplan, qprep):
     ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
     return [(n, ty(n)) for n in ins]
 
-def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None, backend='cuda'):
-    "(o, ml) of the decode kernel for prepared queries q (B, Hkv, G, 1, D) (qprep None), as `_run_decode` lays them out"
-    B, Hkv, G = q.shape[0], kparts[0].shape[1], q.shape[2]
-    R = B * Hkv
-    qk, kbias = A._band_queries(kplan, q)
-    if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: qcat = qk[0].reshape(R, G, -1)
-    else: qcat = mx.concatenate([A._pad_to(x[..., 0, :], 32 * A._nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
+def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None):
+    "The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP)"
+    Hkv = kparts[0].shape[1]; R = B * Hkv
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
     ins = _decode_inputs(kplan, vplan, qprep)
@@ -118,22 +114,31 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, qprep=None, scale=None, ba
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
     meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
-    val = dict(q=np.ascontiguousarray(np.array(qcat, np.float32)), ktab=np.array(A._tables(kplan), np.float32),
-               vtab=np.array(A._tables(vplan), np.float32), mask=mk, meta=meta)
+    val = dict(q=np.ascontiguousarray(qarr), ktab=np.array(A._tables(kplan), np.float32), vtab=np.array(A._tables(vplan), np.float32),
+               mask=mk, meta=meta, **(extra or {}))
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
     launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
+    return o, ml, meta, VDP
+
+def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
+    "(m, l, o) of the decode + combine kernels for prepared queries q (B, Hkv, G, 1, D), as `fused_decode_partial` returns them"
+    B, Hkv, G = q.shape[0], kparts[0].shape[1], q.shape[2]
+    R = B * Hkv
+    qk, kbias = A._band_queries(kplan, q)
+    if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: qcat = qk[0].reshape(R, G, -1)
+    else: qcat = mx.concatenate([A._pad_to(x[..., 0, :], 32 * A._nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
+    o, ml, meta, VDP = _run_decode_kernel(np.array(qcat, np.float32), kplan, vplan, kparts, vparts, mask, n, B, G, None, backend)
     comb = compile_kernel(AK._combine_source(backend, None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
     O = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
     comb([o, ml, meta], [O, mlo], R * G, 1, VDP)
-    M, L = mlo[..., 0], mlo[..., 1]
     outs, off = [], 0
     for b in vplan.bands:
         outs.append(mx.array(O[..., off:off + b.n]).reshape(B, Hkv, G, 1, b.n)); off += 32 * A._nslices(b.n)
-    mm, ll = mx.array(M).reshape(B, Hkv, G, 1, 1), mx.array(L).reshape(B, Hkv, G, 1, 1)
+    mm, ll = mx.array(mlo[..., 0]).reshape(B, Hkv, G, 1, 1), mx.array(mlo[..., 1]).reshape(B, Hkv, G, 1, 1)
     if kbias is not None: mm = mm + kbias
     return mm, ll, A._finish_values(vplan, outs, ll)
 
@@ -142,26 +147,12 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     B, Hq, _, D = queries.shape
     Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
-    CH = AK._chunk(n, R, G); S = -(-n // CH)
-    VDP = 32 * sum(AK._side_layout(vplan)[0])
-    ins = _decode_inputs(kplan, vplan, qprep)
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, 'cuda', qprep), ins, ['o', 'ml'])
-    meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
-    mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
-        np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
-    val = dict(q=np.array(queries.astype(mx.float32)), ktab=np.array(A._tables(kplan), np.float32), vtab=np.array(A._tables(vplan), np.float32),
-               mask=mk, meta=meta, qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32),
-               qsg=np.array(A._signs(kplan), np.float32))
-    for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
-        for i, b in enumerate(plan.bands):
-            val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
-            if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
-    o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
-    launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
+    extra = dict(qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32), qsg=np.array(A._signs(kplan), np.float32))
+    o, ml, meta, VDP = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra)
     cins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else [])
-    extra = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
+    more = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
     out = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
-    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *extra], [out, mlo], R * G, 1, VDP)
+    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *more], [out, mlo], R * G, 1, VDP)
     return mx.array(out).reshape(B, Hq, 1, VDP)
 
 def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
