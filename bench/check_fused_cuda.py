@@ -60,7 +60,10 @@ def rel(a, b): return (mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max()
 
 # ------------------------------------------------------------------ 1. correctness on the GPU
 failures = []
-if 'check' in only:
+from mlx_kvq import attention_kernels as _AKc
+for _mma in ((True, False) if 'check' in only else ()):
+    _AKc.MMA = _mma; A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
+    log(f'\n# kernels: {"tensor-core (mma) where it applies" if _mma else "SIMT only"}')
     log('\n## 1. fused decode kernel vs references (fresh random inputs, on the GPU)')
     log('case | kernel vs blockwise (fp32) | attend vs codec_attention (fp16 inputs) | guard')
     cases = []
@@ -121,9 +124,10 @@ if 'check' in only:
                 tag = f'{name} B{B} Hkv{Hkv} G{G} D{D} N{N} seg({head},{tail}) mask{mi}'
                 if bad: failures.append(tag)
                 if True:
-                    log(f'{tag} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
+                    log(f'{tag} {"mma" if _mma and _AKc._mma_ok(kp, vp, G) else "simt"} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
     log(f'cases failing: {len(failures)}; worst attend error {worst:.2e}')
     for f in failures: log('  FAIL', f)
+_AKc.MMA = True; A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
 
 # ------------------------------------------------------------------ timing helpers
 def bench(fn, inputs, calls=8, repeats=15):
@@ -180,29 +184,20 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
 contexts = [int(x) for x in args.contexts.split(',')]
 
 from mlx_kvq import attention_kernels as _AK
-AK_DEFAULT = dict(U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS)
+AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS)
 
 def set_variant(v):
-    "Kernel variant for the next calls: ('v1',) = the kernel before the register cut, else ('v2', U, CH_MAX, BLOCKS)"
-    import importlib.util
+    "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
-    if not hasattr(set_variant, 'orig'):
-        set_variant.orig = {k: getattr(A, k) for k in ('_decode_source', '_shared_bytes', '_chunk', '_chmax')}
-    if v[0] == 'v1':   # bench/_v1_kernels.py: `git show b15a6b7~1:mlx_kvq/attention_kernels.py > bench/_v1_kernels.py`
-        spec = importlib.util.spec_from_file_location('_v1_kernels', os.path.join(os.path.dirname(__file__), '_v1_kernels.py'))
-        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-        for k in set_variant.orig: setattr(A, k, getattr(m, k))
-        AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS = 1, 1, 1024, 600
-    else:
-        for k, f in set_variant.orig.items(): setattr(A, k, f)
-        AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS = v[1:]
+    if v[0] == 'mma': AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS = True, v[1], v[1], v[2], v[3]
+    else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:]
     A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
 
-VARIANTS = ([('v1',)] if os.path.exists(os.path.join(os.path.dirname(__file__), '_v1_kernels.py')) else []) + [('v2', 1, 1, 1024, 600), ('v2', 1, 4, 1024, 600), ('v2', 1, 4, 512, 1200), ('v2', 2, 4, 512, 1200),
-            ('v2', 2, 8, 512, 1200), ('v2', 2, 4, 256, 2400), ('v2', 1, 4, 1024, 1200)]
+VARIANTS = [('simt', 1, 4, 1024, 600), ('mma', 1, 1024, 1200), ('mma', 2, 1024, 1200), ('mma', 2, 1024, 600), ('mma', 2, 512, 2400),
+            ('mma', 1, 512, 2400), ('mma', 2, 256, 4800), ('mma', 1, 1024, 900)]
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
-        'v1 = the kernel before the register cut; v2 U/UV/CH_MAX/BLOCKS')
+        'mma = tensor-core kernel TP/CH_MAX/BLOCKS; simt = SIMT kernel U/UV/CH_MAX/BLOCKS')
     vres = {}
     vctx = [int(x) for x in args.variant_contexts.split(',')]
     for N in vctx:
@@ -238,7 +233,7 @@ if 'variants' in only:
                 row.append(f'{t * 1e3:.3f} ({t16 / t:.2f}x)')
             log(f'{"/".join(map(str, var))} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
         # where the time goes (default variant): the decode kernel alone, decode + combine, and reading the packed bytes once
-        set_variant(('v2', AK_DEFAULT['U'], AK_DEFAULT['UV'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']))
+        set_variant(('mma', AK_DEFAULT['TP'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']) if AK_DEFAULT['MMA'] else ('simt', AK_DEFAULT['U'], AK_DEFAULT['UV'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']))
         for name, ins in ins_by.items():
             q0, ks, vs = ins[0]
             kp, vp = A.side_plan(ks.codec, D), A.side_plan(vs.codec, D)
@@ -252,7 +247,7 @@ if 'variants' in only:
             log(f'  {name} N{N:,}: decode kernel {t_dec * 1e3:.3f} ms, + combine {t_all * 1e3:.3f} ms, reading the {nbytes / 1e6:.0f} MB once '
                 f'(mx.max per part) {t_read * 1e3:.3f} ms = {nbytes / t_read / 1e12:.2f} TB/s; kernel at {nbytes / t_dec / 1e12:.2f} TB/s')
         del ins_by, k, v
-    ok = [var for var in VARIANTS if var[0] == 'v2' and not any(f'variant {var}' in f for f in failures)]
+    ok = [var for var in VARIANTS if not any(f'variant {var}' in f for f in failures)]
     if ok:
         best = max(ok, key=lambda var: float(np.mean(vres[(var, vctx[-1])])) + 0.25 * float(np.mean(vres[(var, vctx[0])])))
         log(f'# chosen for the sections below: {best}')

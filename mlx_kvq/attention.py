@@ -14,7 +14,7 @@ from .packing import GuardedKernel, kernel_backend, lookup_decode
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
@@ -323,7 +323,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
 def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
     "(m, l, o) of one query token over a quantized segment, by the flash-decoding kernel on `backend` + its combine kernel"
     o, ml, meta, kbias, (B, Hkv, G, R, VDP) = _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend)
-    O, mlo = _get_combine(backend, None)(inputs=[o, ml, meta], grid=(R * G * VDP, 1, 1), threadgroup=(VDP, 1, 1),
+    O, mlo = _get_combine(backend, None)(inputs=[o, ml, meta], grid=(R * G * _combine_threads(VDP), 1, 1), threadgroup=(_combine_threads(VDP), 1, 1),
                                          output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[mx.float32, mx.float32])
     outs, off = [], 0
     for b in vplan.bands:
@@ -338,7 +338,7 @@ def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, backend=
     o, ml, meta, _, (B, Hkv, G, R, VDP) = _run_decode(queries, kplan, vplan, kparts, vparts, mask, n, backend, _finish_kind(kplan), scale)
     fin = _finish_kind(vplan)
     extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
-    out, _ = _get_combine(backend, fin)(inputs=[o, ml, meta, *extra], grid=(R * G * VDP, 1, 1), threadgroup=(VDP, 1, 1),
+    out, _ = _get_combine(backend, fin)(inputs=[o, ml, meta, *extra], grid=(R * G * _combine_threads(VDP), 1, 1), threadgroup=(_combine_threads(VDP), 1, 1),
                                         output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[queries.dtype, mx.float32],
                                         template=[('T', queries.dtype)])
     return out.reshape(B, Hq, 1, VDP)

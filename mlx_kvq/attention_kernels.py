@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CH_MAX', 'BLOCKS']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -216,8 +216,46 @@ def _branches(bands_src, firsts):
     if len(bands_src) == 1: return bands_src[0]
     return f"if (j < {firsts[1]}) {bands_src[0]} else {bands_src[1]}"
 
+def _qload(kplan, vplan, G, qprep):
+    "Source: code tables to shared memory and the G query heads to `qs` (slice-major, 4 floats of padding per slice), prepared in the kernel when `qprep`"
+    KNS, KT, VT = sum(_side_layout(kplan)[0]), _side_layout(kplan)[3], _side_layout(vplan)[3]
+    KDP = 32 * KNS
+    return f"""    KVQ_SHARED float ktab_s[{KT}];
+    KVQ_SHARED float vtab_s[{VT}];
+    for (int i = tid; i < G * {KDP}; i += {NT}) {{
+        const int g = i / {KDP}, d = i - g * {KDP};
+        qs[(d >> 5) * QST + (d & 31) * G + g] = {'(float)q[(long)r * G * ' + str(KDP) + ' + i] * qsc[0] * qsg[d]' if qprep else 'q[(long)r * G * ' + str(KDP) + ' + i]'};
+    }}
+    {_fwht('qs[(lo >> 5) * QST + (lo & 31) * G + g]', 'qs[(hi >> 5) * QST + (hi & 31) * G + g]', KDP, 'G') if qprep == 'rot' else ''}
+    for (int i = tid; i < {KT}; i += {NT}) ktab_s[i] = ktab[i];
+    for (int i = tid; i < {VT}; i += {NT}) vtab_s[i] = vtab[i];
+    KVQ_SYNC();
+"""
+
+def _softmax():
+    "Source: the chunk softmax over `sc` (one warp per head): max, weights e^(s - m), sum -> stat"
+    return f"""    for (int g = warp; g < G; g += {_NW}) {{  // 2. chunk softmax: max, weights, sum
+        float m = KVQ_NEG_INF;
+        for (int t = lane; t < CH; t += 32) m = KVQ_MAX(m, sc[t * G + g]);
+        for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
+        float l = 0.0f;
+        for (int t = lane; t < CH; t += 32) {{
+            const float pv = m == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - m);
+            sc[t * G + g] = pv; l += pv;
+        }}
+        for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
+        if (lane == 0) {{ stat[2 * g] = m; stat[2 * g + 1] = l; }}
+    }}
+    KVQ_SYNC();
+"""
+
 def _decode_source(kplan, vplan, G, backend, qprep=None):
-    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in)"
+    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA the tensor-core kernel where `_mma_ok`, else the SIMT kernel"
+    if backend == 'cuda' and MMA and _mma_ok(kplan, vplan, G): return _mma_source(kplan, vplan, G, qprep)
+    return _simt_source(kplan, vplan, G, backend, qprep)
+
+def _simt_source(kplan, vplan, G, backend, qprep=None):
+    "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
     GV = min(G, 4)
     ksl, kfirst, ktoff, KT = _side_layout(kplan); vsl, vfirst, vtoff, VT = _side_layout(vplan)
     KNS, VNS = sum(ksl), sum(vsl)
@@ -243,17 +281,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
     KVQ_SHARED float sc[CHMAX * G];
     KVQ_SHARED float red[{_red_size(vplan, GV, backend)}];
     KVQ_SHARED float stat[2 * G];
-    KVQ_SHARED float ktab_s[{KT}];
-    KVQ_SHARED float vtab_s[{VT}];
-    for (int i = tid; i < G * {KDP}; i += {NT}) {{
-        const int g = i / {KDP}, d = i - g * {KDP};
-        qs[(d >> 5) * QST + (d & 31) * G + g] = {'(float)q[(long)r * G * ' + str(KDP) + ' + i] * qsc[0] * qsg[d]' if qprep else 'q[(long)r * G * ' + str(KDP) + ' + i]'};
-    }}
-    {_fwht('qs[(lo >> 5) * QST + (lo & 31) * G + g]', 'qs[(hi >> 5) * QST + (hi & 31) * G + g]', KDP, 'G') if qprep == 'rot' else ''}
-    for (int i = tid; i < {KT}; i += {NT}) ktab_s[i] = ktab[i];
-    for (int i = tid; i < {VT}; i += {NT}) vtab_s[i] = vtab[i];
-    KVQ_SYNC();
-    if ({'true' if kaff else 'false'}) {{
+{_qload(kplan, vplan, G, qprep)}    if ({'true' if kaff else 'false'}) {{
         for (int i = tid; i < {KNS * G}; i += {NT}) {{ const int j = i / G, g = i - j * G; float a = 0.0f; for (int k = 0; k < 32; ++k) a += qs[j * QST + k * G + g]; qsum[i] = a; }}
         KVQ_SYNC();
     }}
@@ -278,20 +306,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
         }}
     }}
     KVQ_SYNC();
-    for (int g = warp; g < G; g += {_NW}) {{  // 2. chunk softmax: max, weights, sum
-        float m = KVQ_NEG_INF;
-        for (int t = lane; t < CH; t += 32) m = KVQ_MAX(m, sc[t * G + g]);
-        for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
-        float l = 0.0f;
-        for (int t = lane; t < CH; t += 32) {{
-            const float pv = m == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - m);
-            sc[t * G + g] = pv; l += pv;
-        }}
-        for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
-        if (lane == 0) {{ stat[2 * g] = m; stat[2 * g + 1] = l; }}
-    }}
-    KVQ_SYNC();
-    {{  // 3. weighted values: thread (token lane, sub-slice of SUB codes) accumulates {GV} heads x SUB dims, then a block sum
+{_softmax()}    {{  // 3. weighted values: thread (token lane, sub-slice of SUB codes) accumulates {GV} heads x SUB dims, then a block sum
         constexpr int SUB = {SUB}, NSUB = 32 / SUB, VTS = {VNS} * NSUB, VTSP = {VTSP}, NTL = {NT} / VTSP, UV = {UV};
         const int j = tid % VTSP, tl = tid / VTSP, sl = j / NSUB, q = j - sl * NSUB;
         for (int g0 = 0; g0 < G; g0 += {GV}) {{
@@ -311,19 +326,26 @@ def _decode_source(kplan, vplan, G, backend, qprep=None):
 
 SMAX = 4096              # most chunks per (row, head): the combine keeps their weights in shared memory
 
+CSPLIT = 4               # combine: thread groups splitting a (row, head)'s chunks (CSPLIT x VDP threads, at most 1024)
+
+def _combine_threads(VDP): return max(1, min(CSPLIT, 1024 // VDP)) * VDP
+
 def _combine_source(backend, finish=None):
-    "Merge the S chunk results of each (row, head): one block per (row, head), one thread per output coordinate; the "
-    "chunks' max, weights and sum are block reductions, the weighted sum over chunks is each thread's. "
+    "Merge the S chunk results of each (row, head): one block per (row, head) of `_combine_threads(VDP)` threads, groups of "
+    "VDP threads (one per output coordinate) each summing every CSPLIT-th chunk, then the groups' sums; the "
+    "chunks' max, weights and sum are block reductions. "
     "finish=None: unnormalized sums and (max, sum); 'plain' / 'rot': the attention output (inverse Walsh-Hadamard + signs for 'rot')"
     head = _PRELUDE[backend] + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
-    const int d = KVQ_TID, lane = d & 31, warp = d >> 5, NW = (VDP + 31) / 32;
+    const int tid = KVQ_TID, NTC = KVQ_NTHREADS, lane = tid & 31, warp = tid >> 5, NW = NTC / 32;
+    const int sl = tid / VDP, d = tid - sl * VDP, NSL = NTC / VDP;
     const long r = rg / G, g = rg - r * G;
     KVQ_SHARED float wsh[{SMAX}];
     KVQ_SHARED float part[32];
+    KVQ_SHARED float osum[1024];
     float m = KVQ_NEG_INF;
-    for (int s = d; s < S; s += VDP) m = KVQ_MAX(m, ml[((r * S + s) * G + g) * 2]);
+    for (int s = tid; s < S; s += NTC) m = KVQ_MAX(m, ml[((r * S + s) * G + g) * 2]);
     for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
     if (lane == 0) part[warp] = m;
     KVQ_SYNC();
@@ -332,7 +354,7 @@ def _combine_source(backend, finish=None):
     const float M0 = M == KVQ_NEG_INF ? 0.0f : M;
     KVQ_SYNC();
     float l = 0.0f;
-    for (int s = d; s < S; s += VDP) {{
+    for (int s = tid; s < S; s += NTC) {{
         const long a = (r * S + s) * G + g;
         const float wgt = KVQ_EXP(ml[a * 2] - M0);
         wsh[s] = wgt; l += wgt * ml[a * 2 + 1];
@@ -344,23 +366,26 @@ def _combine_source(backend, finish=None):
     for (int w2 = 0; w2 < NW; ++w2) L += part[w2];
     float O = 0.0f;
     const KVQ_DEV float* op = o + (r * S * G + g) * VDP + d;
-    #pragma unroll 8
-    for (int s = 0; s < S; ++s) O += wsh[s] * op[(long)s * G * VDP];
-    if (d == 0) {{ mlo[rg * 2] = M; mlo[rg * 2 + 1] = L; }}
+    #pragma unroll 4
+    for (int s = sl; s < S; s += NSL) O += wsh[s] * op[(long)s * G * VDP];
+    osum[tid] = O;
+    KVQ_SYNC();
+    if (sl == 0) for (int k = 1; k < NSL; ++k) O += osum[k * VDP + d];
+    if (tid == 0) {{ mlo[rg * 2] = M; mlo[rg * 2 + 1] = L; }}
 """
-    if finish is None: return head + "    out[rg * VDP + d] = O;\n"
+    if finish is None: return head + "    if (sl == 0) out[rg * VDP + d] = O;\n"
     body = """    KVQ_SHARED float x[1024];
-    x[d] = L > 0.0f ? O / L : 0.0f;
+    if (sl == 0) x[d] = L > 0.0f ? O / L : 0.0f;
 """
     if finish == 'rot':
         body += """    KVQ_SYNC();
     for (int hh = 1; hh < VDP; hh <<= 1) {
-        if (d < VDP / 2) { const int lo = (d / hh) * 2 * hh + (d % hh), hi = lo + hh; const float a = x[lo], c = x[hi]; x[lo] = a + c; x[hi] = a - c; }
+        if (sl == 0 && d < VDP / 2) { const int lo = (d / hh) * 2 * hh + (d % hh), hi = lo + hh; const float a = x[lo], c = x[hi]; x[lo] = a + c; x[hi] = a - c; }
         KVQ_SYNC();
     }
-    out[rg * VDP + d] = (T)(x[d] * vsg[d] * vsc[0]);
+    if (sl == 0) out[rg * VDP + d] = (T)(x[d] * vsg[d] * vsc[0]);
 """
-    else: body += "    out[rg * VDP + d] = (T)x[d];\n"
+    else: body += "    if (sl == 0) out[rg * VDP + d] = (T)x[d];\n"
     return head + body
 
 def _shared_bytes(kplan, vplan, G, backend='cuda'):
@@ -370,9 +395,9 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
 CH_MAX = 1024           # most tokens per thread block
-BLOCKS = 600            # thread blocks a decode call aims for (rows x chunks)
+BLOCKS = 1200           # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (U, UV, CH_MAX)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV)
 
 def _chmax(G): return min(CH_MAX, 4096 // G // 32 * 32)
 
@@ -385,3 +410,246 @@ def _chunk(n, R, G):
     ch = max(-(-n * R // BLOCKS), -(-n // SMAX))
     ch = -(-ch // 32) * 32
     return int(max(64, min(ch, _chmax(G))))
+
+# %% ../nbs/03a_attention_kernels.ipynb #880f4302
+MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
+TPK = 2                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
+TPV = 2                  # the same for the weighted values
+
+_MMA_PRELUDE = r"""
+#define KVQ_MMA(d, a, b0, b1) asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+#define KVQ_H2(r, lo, hi) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo))
+#define KVQ_H2F(flo, fhi, r) asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(flo), "=f"(fhi) : "r"(r))
+#define KVQ_HFMA2(r, a, b, c) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c))
+#define KVQ_PRMT(a, b, s) __byte_perm((a), (b), (s))
+"""
+
+def _mma_ok(kplan, vplan, G):
+    "Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8 slices (a thread's codes then stay in one group)"
+    if G > 8: return False
+    return all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0
+               for plan in (kplan, vplan) for b in plan.bands)
+
+def _field(arr, off, width):
+    "Source: the `width`-bit field at compile-time bit `off` of the word array `arr` (inside one word or across two)"
+    wi, s, m = off >> 5, off & 31, (1 << width) - 1
+    if s + width <= 32: return f"(({arr}[{wi}] >> {s}) & {m}u)" if s else f"({arr}[{wi}] & {m}u)"
+    return f"((({arr}[{wi}] >> {s}) | ({arr}[{wi + 1}] << {32 - s})) & {m}u)"
+
+def _range_words(side, i, b, name, tok, ok, start, nbits):
+    "Source: the `nbits` bits of band i's codes from bit `start` (start = per-thread multiple of nbits) of token `tok`, funnel-shifted to bit 0 of `name[]`"
+    W = -(-nbits // 32)
+    aligned = nbits % 32 == 0
+    st = lambda k: f"{side}w{i}_strides[{k}]"
+    raw = W if aligned else W + 1
+    src = f"""uint32_t {name}[{W}];
+            {{
+                const long nn = ({ok}) ? (long)({tok}) : 0;
+                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};
+                const int s0 = {start}, w0 = s0 >> 5;
+                uint32_t raw[{raw}];
+                #pragma unroll
+                for (int e = 0; e < {raw}; ++e) raw[e] = (({ok}) && w0 + e < {b.n_words}) ? wp[(w0 + e) * {st(3)}] : 0u;"""
+    if aligned: src += f"""
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
+    else: src += f"""
+                const int sh = s0 & 31;
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
+    return src + "\n            }"
+
+def _pair(b, tab, toff, lut, loff, arr, off, out):
+    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits) or two in the code table"
+    if b.bits <= 4: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
+    v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]" if b.table is not None else f"(float){_field(arr, o, b.bits)}"
+    return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
+
+def _luts(plan):
+    "Offsets of each band's pair table (bands of <= 4 bits: 2^(2 bits) half2 entries) and the total size"
+    offs, t = [], 0
+    for b in plan.bands:
+        offs.append(t); t += (1 << 2 * b.bits) if b.bits <= 4 else 0
+    return offs, max(t, 1)
+
+def _lut_fill(plan, toff, loffs, lut, tab):
+    "Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves)"
+    out = []
+    for i, b in enumerate(plan.bands):
+        if b.bits > 4: continue
+        M = (1 << b.bits) - 1
+        v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
+        out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
+    return '\n    '.join(out)
+
+def _sc(side, i, tok, grp):
+    "Source: a per-token scalar of band i (`g` scale / norm, `z` bias) of token `tok`, group `grp`"
+    return lambda nm: (f"(float){side}{nm}{i}[b * {side}{nm}{i}_strides[0] + h * {side}{nm}{i}_strides[1] + (long)({tok}) * {side}{nm}{i}_strides[2]"
+                       f" + ({grp}) * {side}{nm}{i}_strides[3]]")
+
+def _split(x0, x1, hi, lo):
+    "Source: half2 `hi` of (x0, x1) and half2 `lo` of what rounding left (x - hi): hi + lo carries ~22 bits of each float"
+    return f"""uint32_t {hi}, {lo};
+            {{ const float y0 = {x0}, y1 = {x1}; float f0, f1; KVQ_H2({hi}, y0, y1); KVQ_H2F(f0, f1, {hi}); KVQ_H2({lo}, y0 - f0, y1 - f1); }}"""
+
+def _mma_keys(kplan, G):
+    "Source of the score phase: per warp `TPK` 16-token tiles at a time (their words loaded first); A = codes (16 tokens x 16 dims, a pair lookup per register), B = queries (16 dims x 8 heads, hi + lo halves)"
+    ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
+    qfr, bands = [], []
+    kb = 0
+    for i, b in enumerate(kplan.bands):
+        ns = ksl[i]; R = 8 * ns          # codes per thread (tig) per token: dims [R * tig, R * tig + R) of the band
+        for m in range(2 * ns):
+            d = f"{32 * kfirst[i]} + {R} * tig + {4 * m}"
+            q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
+            qfr.append(_split(q(0), q(1), f"qh{kb}a", f"ql{kb}a") + "\n            " + _split(q(2), q(3), f"qh{kb}b", f"ql{kb}b"))
+            kb += 1
+    kb0 = 0
+    for i, b in enumerate(kplan.bands):
+        ns = ksl[i]; R = 8 * ns
+        aff = b.table is None
+        body = []
+        for p in range(TPK):              # loads of every tile first
+            for t in 'ab':
+                body.append(_range_words('k', i, b, f"y{t}{p}", f"n{t}{p}", f"ok{t}{p}", f"{R * b.bits} * tig", R * b.bits))
+        for p in range(TPK):
+            if aff:
+                for j in range(max(1, R // b.group_size)):
+                    grp = f"({R} * tig) / {b.group_size} + {j}"
+                    for t in 'ab':
+                        sc = _sc('k', i, f"n{t}{p}", grp)
+                        body.append(f"uint32_t s{t}{j}_{p}, z{t}{j}_{p}; {{ const float s = ok{t}{p} ? {sc('g')} : 0.0f, z = ok{t}{p} ? {sc('z')} : 0.0f; KVQ_H2(s{t}{j}_{p}, s, s); KVQ_H2(z{t}{j}_{p}, z, z); }}")
+            body.append(f"{{ float c[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};")
+            kb = kb0
+            for m in range(2 * ns):
+                regs = []
+                for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
+                    regs.append(_pair(b, 'ktab_s', ktoff[i], 'klut', kloff[i], f"{arr}{p}", (4 * m + 2 * pp) * b.bits, f"a{r}"))
+                    if aff:
+                        j = (4 * m) // b.group_size if R > b.group_size else 0
+                        regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, s{arr[1]}{j}_{p}, z{arr[1]}{j}_{p});")
+                suf = 'f' if aff else ''
+                body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
+                            f" KVQ_MMA(c, a, qh{kb}a, qh{kb}b); KVQ_MMA(c, a, ql{kb}a, ql{kb}b); }}")
+                kb += 1
+            if aff: body.append(f"  sacc{p}[0] += c[0]; sacc{p}[1] += c[1]; sacc{p}[2] += c[2]; sacc{p}[3] += c[3]; }}")
+            else:
+                sa, sb = _sc('k', i, f'na{p}', '0'), _sc('k', i, f'nb{p}', '0')
+                body.append(f"  const float ga = oka{p} ? {sa('g')} : 0.0f, gb = okb{p} ? {sb('g')} : 0.0f;"
+                            f" sacc{p}[0] += ga * c[0]; sacc{p}[1] += ga * c[1]; sacc{p}[2] += gb * c[2]; sacc{p}[3] += gb * c[3]; }}")
+        kb0 = kb
+        bands.append("{\n            " + "\n            ".join(body) + "\n        }")
+    tiles = '\n            '.join(f"""const int ta{p} = tb + {64 * p} + gid;
+            const long na{p} = (long)t0 + ta{p}, nb{p} = na{p} + 8;
+            const bool oka{p} = na{p} < N && ta{p} < CH, okb{p} = nb{p} < N && ta{p} < CH;
+            float sacc{p}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};""" for p in range(TPK))
+    writes = '\n            '.join(f"""#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int t = ta{p} + (e >> 1) * 8, g = 2 * tig + (e & 1);
+                const long n = na{p} + (e >> 1) * 8;
+                if (g < G && t < CH) sc[t * G + g] = n < N ? sacc{p}[e] + (HAS_MASK ? mask[(long)b * N + n] : 0.0f) : KVQ_NEG_INF;
+            }}""" for p in range(TPK))
+    return f"""{{  // 1. scores on tensor cores: warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8, codes [R tig, R tig + R) of each band
+        {chr(10).join('    ' + x for x in qfr).strip()}
+        for (int tb = warp * 16; tb < CH; tb += {64 * TPK}) {{
+            if (t0 + tb >= N) {{   // the tiles lie past the last token: scores -inf
+                for (int p = 0; p < {TPK}; ++p) {{ const int t = tb + 64 * p + (lane & 15); if (lane < 16 && t < CH) for (int g = 0; g < G; ++g) sc[t * G + g] = KVQ_NEG_INF; }}
+                continue;
+            }}
+            {tiles}
+            {chr(10).join('        ' + x for x in bands).strip()}
+            {writes}
+        }}
+    }}
+    KVQ_SYNC();
+"""
+
+def _mma_values(vplan, G):
+    "Source of the value phase: per warp `TPV` 16-token tiles at a time (their words loaded first); A = codes (16 dims x 16 tokens), B = weights (16 tokens x 8 heads, hi + lo halves)"
+    vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
+    VNS = sum(vsl)
+    bands, acc_out = [], []
+    MT0 = 0
+    for i, b in enumerate(vplan.bands):
+        ns = vsl[i]; Rv = 4 * ns            # codes per thread (gid) per token: dims [Rv gid, Rv gid + Rv) of the band
+        aff = b.table is None
+        body = []
+        for p in range(TPV):
+            for e in range(4):
+                body.append(_range_words('v', i, b, f"y{e}_{p}", f"nq{p} + {e}", f"ok{e}_{p}", f"{Rv * b.bits} * gid", Rv * b.bits))
+        for p in range(TPV):
+            if aff: body.append(f"{{ const float x0 = p{p}[0], x1 = p{p}[1], x2 = p{p}[2], x3 = p{p}[3];")
+            else:
+                g = [_sc('v', i, f"nq{p} + {e}", '0')('g') for e in range(4)]
+                body.append("{ const float " + ', '.join(f"x{e} = ok{e}_{p} ? p{p}[{e}] * {g[e]} : 0.0f" for e in range(4)) + ";")
+            body.append("  " + _split('x0', 'x1', 'bh0', 'bl0')); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1'))
+            if aff:
+                for e in range(4):
+                    sc = _sc('v', i, f"nq{p} + {e}", f"({Rv} * gid) / {b.group_size}")
+                    body.append(f"  uint32_t s{e}, z{e}; {{ const float s = ok{e}_{p} ? {sc('g')} : 0.0f, z = ok{e}_{p} ? {sc('z')} : 0.0f; KVQ_H2(s{e}, s, s); KVQ_H2(z{e}, z, z); }}")
+            MT = MT0
+            for mt in range(2 * ns):
+                regs = []
+                for e in range(4):
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlut', vloff[i], f"y{e}_{p}", 2 * mt * b.bits, f"h{e}"))
+                    if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
+                f = 'f' if aff else ''
+                body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
+                            f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1); KVQ_MMA(acc[{MT}], a, bl0, bl1); }}")
+                if p == 0:
+                    acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
+                MT += 1
+            body.append("}")
+        MT0 = MT
+        bands.append("{\n                " + "\n                ".join(body) + "\n            }")
+    tiles = '\n            '.join(f"""const int tq{p} = tb + {64 * p} + 4 * tig;
+            const long nq{p} = (long)t0 + tq{p};
+            const bool ok0_{p} = nq{p} < N && tq{p} < CH, ok1_{p} = nq{p} + 1 < N && tq{p} < CH, ok2_{p} = nq{p} + 2 < N && tq{p} < CH, ok3_{p} = nq{p} + 3 < N && tq{p} < CH;
+            float p{p}[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) p{p}[e] = (gid < G && nq{p} + e < N && tq{p} < CH) ? sc[(tq{p} + e) * G + gid] : 0.0f;""" for p in range(TPV))
+    return f"""{{  // 3. weighted values on tensor cores: warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3, codes [Rv gid, Rv gid + Rv) of each band
+        float acc[{MT0}][4];
+        for (int m = 0; m < {MT0}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
+        for (int tb = warp * 16; tb < CH && t0 + tb < N; tb += {64 * TPV}) {{
+            {tiles}
+            {chr(10).join('            ' + x for x in bands).strip()}
+        }}
+        for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
+            if (warp == w) {{
+                {chr(10).join('                ' + x for x in acc_out).strip()}
+            }}
+            KVQ_SYNC();
+        }}
+        for (int i = tid; i < G * {32 * VNS}; i += {NT}) o[((long)r * S + sp) * G * {32 * VNS} + i] = red[i];
+    }}
+"""
+
+def _mma_source(kplan, vplan, G, qprep=None):
+    "The tensor-core flash-decoding kernel (CUDA, sm_80+): the SIMT kernel's algorithm with both products on `mma.sync` m16n8k16 (f16 in, f32 accumulate)"
+    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
+    KNS, VNS = sum(ksl), sum(vsl)
+    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
+    return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
+    constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
+    const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int sp = KVQ_BX, r = KVQ_BY;
+    const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
+    const int b = r / H, h = r - b * H;
+    const int t0 = sp * CH;
+    KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
+    KVQ_SHARED float sc[CHMAX * G];
+    KVQ_SHARED float red[G * {32 * VNS}];
+    KVQ_SHARED float stat[2 * G];
+    KVQ_SHARED uint32_t klut[{KL}];
+    KVQ_SHARED uint32_t vlut[{VL}];
+{_qload(kplan, vplan, G, qprep)}    {_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s')}
+    {_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s')}
+    KVQ_SYNC();
+    {_mma_keys(kplan, G)}{_softmax()}    {_mma_values(vplan, G)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+"""
+
+def _mma_shared_bytes(kplan, vplan, G):
+    KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
+    return 4 * (KNS * (32 * G + 4) + _chmax(G) * G + G * 32 * VNS + 2 * G + _luts(kplan)[1] + _luts(vplan)[1]
+                + _side_layout(kplan)[3] + _side_layout(vplan)[3])

@@ -33,6 +33,43 @@ static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
 typedef float T;
+typedef _Float16 kvq_half;
+static uint32_t kvq_h2(float lo, float hi) {
+    kvq_half a = (kvq_half)lo, b = (kvq_half)hi; uint16_t x, y; __builtin_memcpy(&x, &a, 2); __builtin_memcpy(&y, &b, 2);
+    return (uint32_t)x | ((uint32_t)y << 16); }
+static float kvq_hf(uint32_t r, int k) { uint16_t x = (uint16_t)(r >> (16 * k)); kvq_half a; __builtin_memcpy(&a, &x, 2); return (float)a; }
+static uint32_t kvq_hfma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t out = 0;
+    for (int k = 0; k < 2; ++k) {
+        kvq_half v = (kvq_half)((double)kvq_hf(a, k) * (double)kvq_hf(b, k) + (double)kvq_hf(c, k));
+        uint16_t x; __builtin_memcpy(&x, &v, 2); out |= (uint32_t)x << (16 * k);
+    }
+    return out; }
+static uint32_t kvq_prmt(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = ((uint64_t)y << 32) | x; uint32_t out = 0;
+    for (int i = 0; i < 4; ++i) out |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return out; }
+static uint32_t g_ma[1024][4], g_mb[1024][2];
+static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    // mma.sync m16n8k16 row.col f32.f16.f16.f32 over the 32 lanes of the calling thread's warp (PTX fragment layouts)
+    const int t = g_tid, lane = t & 31, base = t - lane;
+    for (int k = 0; k < 4; ++k) g_ma[t][k] = a[k];
+    g_mb[t][0] = b0; g_mb[t][1] = b1;
+    g_wbar[t >> 5]->arrive_and_wait();
+    const int gid = lane >> 2, tig = lane & 3;
+    float out[4];
+    for (int e = 0; e < 4; ++e) {
+        const int row = gid + 8 * (e >> 1), col = 2 * tig + (e & 1);
+        double acc = d[e];
+        for (int k = 0; k < 16; ++k) {
+            const int al = base + (row & 7) * 4 + ((k & 7) >> 1), areg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            const int bl = base + col * 4 + ((k & 7) >> 1), breg = k >= 8 ? 1 : 0;
+            acc += (double)kvq_hf(g_ma[al][areg], k & 1) * (double)kvq_hf(g_mb[bl][breg], k & 1);
+        }
+        out[e] = (float)acc;
+    }
+    g_wbar[t >> 5]->arrive_and_wait();
+    for (int e = 0; e < 4; ++e) d[e] = out[e]; }
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
@@ -48,6 +85,11 @@ MACROS = r"""
 #define KVQ_MAX(a, b) fmaxf((a), (b))
 #define KVQ_NEG_INF (-INFINITY)
 #define KVQ_U64 unsigned long long
+#define KVQ_MMA(d, a, b0, b1) kvq_mma((d), (a), (b0), (b1))
+#define KVQ_H2(r, lo, hi) ((r) = kvq_h2((lo), (hi)))
+#define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
+#define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
+#define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
 """
 _LIBS = {}
 
@@ -134,7 +176,7 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
     o, ml, meta, VDP = _run_decode_kernel(np.array(qcat, np.float32), kplan, vplan, kparts, vparts, mask, n, B, G, None, backend)
     comb = compile_kernel(AK._combine_source(backend, None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
     O = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
-    comb([o, ml, meta], [O, mlo], R * G, 1, VDP)
+    comb([o, ml, meta], [O, mlo], R * G, 1, AK._combine_threads(VDP))
     outs, off = [], 0
     for b in vplan.bands:
         outs.append(mx.array(O[..., off:off + b.n]).reshape(B, Hkv, G, 1, b.n)); off += 32 * A._nslices(b.n)
@@ -152,8 +194,13 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     cins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else [])
     more = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
     out = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
-    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *more], [out, mlo], R * G, 1, VDP)
+    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *more], [out, mlo], R * G, 1, AK._combine_threads(VDP))
     return mx.array(out).reshape(B, Hq, 1, VDP)
+
+def tolerance(kc, vc, G, D, backend='cuda'):
+    "Largest relative error accepted: the tensor-core kernel rounds codes' values, queries' and weights' low parts to float16 (~3e-4 seen), the SIMT kernel is float32"
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    return 1e-3 if backend == 'cuda' and AK.MMA and AK._mma_ok(kp, vp, G) else 1e-4
 
 def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
     "Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's scale"
@@ -202,11 +249,11 @@ if __name__ == '__main__':
     for name, kc, vc, B, Hkv, G, D, n in CASES:
         if kc is None: kc, vc = calibrated_pair(D)
         for masked in (False, True):
-            e = check(kc, vc, B, Hkv, G, D, n, masked)
+            e = check(kc, vc, B, Hkv, G, D, n, masked) / tolerance(kc, vc, G, D)
             worst = max(worst, e)
-            print(f"{name:28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error {e:.2e}", flush=True)
+            print(f"{name:28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error / tolerance {e:.2f}", flush=True)
             if D % 32 == 0 and A._finish_kind(A.side_plan(kc, D)) and A._finish_kind(A.side_plan(vc, D)):
-                e = check_final(kc, vc, B, Hkv, G, D, n, masked); worst = max(worst, e)
-                print(f"{name + ' (final path)':28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error {e:.2e}", flush=True)
-    print(f"worst {worst:.2e}")
-    sys.exit(0 if worst <= 1e-4 else 1)
+                e = check_final(kc, vc, B, Hkv, G, D, n, masked) / tolerance(kc, vc, G, D); worst = max(worst, e)
+                print(f"{name + ' (final path)':28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error / tolerance {e:.2f}", flush=True)
+    print(f"worst error / tolerance {worst:.2f}")
+    sys.exit(0 if worst <= 1 else 1)

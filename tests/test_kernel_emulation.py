@@ -23,7 +23,15 @@ def test_emulated_kernel_matches_reference(case):
     name, kc, vc, B, Hkv, G, D, n = case
     if kc is None: kc, vc = E.calibrated_pair(D)
     for masked in (False, True):
-        assert E.check(kc, vc, B, Hkv, G, D, n, masked) <= 1e-4, (name, masked)
+        assert E.check(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), (name, masked)
+
+@pytest.mark.parametrize('case', [c for c in E.CASES if c[0] in ('turbo:4', 'turbo:2/5', 'affine:8,4', 'calibrated 5o/4o')], ids=lambda c: c[0])
+def test_simt_kernel_on_cuda(case, monkeypatch):
+    "The SIMT kernel, which CUDA runs where the tensor-core kernel does not apply (more than 8 query heads per KV head, affine bands of 3, 5, 6 or 7 slices)"
+    monkeypatch.setattr(AK, 'MMA', False)
+    name, kc, vc, B, Hkv, G, D, n = case
+    if kc is None: kc, vc = E.calibrated_pair(D)
+    assert E.check(kc, vc, B, Hkv, G, D, n, True) <= 1e-4, name
 
 FINAL = [c for c in E.CASES if c[1] is not None and c[6] % 32 == 0 and c[0] in ('turbo:4', 'turbo:3', 'affine:8,4', 'affine:3 g64 / affine:6 g32')]
 
@@ -32,17 +40,36 @@ def test_emulated_final_path_matches_reference(case):
     "Queries scaled and rotated in the kernel, the combine normalizing and rotating the output back (`fused_decode`)"
     name, kc, vc, B, Hkv, G, D, n = case
     for masked in (False, True):
-        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= 1e-4, (name, masked)
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), (name, masked)
 
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
-    "The check is not vacuous: one wrong shift in the value decode is caught"
+    "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
+    monkeypatch.setattr(AK, 'MMA', False)
     orig = AK._value_band
     monkeypatch.setattr(AK, '_value_band', lambda *a: orig(*a).replace('x >> (k * ', 'x >> ((k ^ 1) * '))
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
     assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
+def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
+    "The tensor-core kernel's check is not vacuous either: swapping two tokens' halves in the value fragments, or one pair's codes in the key fragments, is caught"
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
+    orig_v, orig_k = AK._mma_values, AK._mma_keys
+    monkeypatch.setattr(AK, '_mma_values', lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
+    assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+    monkeypatch.setattr(AK, '_mma_values', orig_v)
+    monkeypatch.setattr(AK, '_mma_keys', lambda *a: orig_k(*a).replace('KVQ_MMA(c, a, ql', 'KVQ_MMA(c, a, qh'))
+    assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+
+def test_mma_variants(monkeypatch):
+    "Short chunks (many blocks, a partial last chunk, tiles past the last token) give the same attention in the tensor-core kernel"
+    monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
+    for tp, (name, kc, vc, B, Hkv, G, D, n) in ((1, E.CASES[0]), (3, E.CASES[4])):   # tiles in flight per warp: 1 and 3
+        monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp)
+        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp)
+
 def test_variants(monkeypatch):
-    "Two tokens per thread (U=2) and short chunks (many blocks, partial last chunk) compute the same attention"
+    "Two tokens per thread (U=2) and short chunks (many blocks, partial last chunk) compute the same attention (SIMT kernel)"
+    monkeypatch.setattr(AK, 'MMA', False)
     monkeypatch.setattr(AK, 'U', 2); monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
     for name, kc, vc, B, Hkv, G, D, n in (E.CASES[0], E.CASES[4]):
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= 1e-4, name
