@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'NST']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -249,9 +249,9 @@ def _softmax():
     KVQ_SYNC();
 """
 
-def _decode_source(kplan, vplan, G, backend, qprep=None):
-    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA the tensor-core kernel where `_mma_ok`, else the SIMT kernel"
-    if backend == 'cuda' and MMA and _mma_ok(kplan, vplan, G): return _mma_source(kplan, vplan, G, qprep)
+def _decode_source(kplan, vplan, G, backend, qprep=None, half=True):
+    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32 throughout)"
+    if backend == 'cuda' and half and MMA and _mma_ok(kplan, vplan, G): return _mma_source(kplan, vplan, G, qprep)
     return _simt_source(kplan, vplan, G, backend, qprep)
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
@@ -395,7 +395,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
 CH_MAX = 1024           # most tokens per thread block
-BLOCKS = 1200           # thread blocks a decode call aims for (rows x chunks)
+BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
 def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV)
 
@@ -413,8 +413,9 @@ def _chunk(n, R, G):
 
 # %% ../nbs/03a_attention_kernels.ipynb #880f4302
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
-TPK = 2                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
-TPV = 2                  # the same for the weighted values
+TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
+TPV = 1                  # the same for the weighted values
+NST = 3                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory); needs TPK = TPV = 1
 
 _MMA_PRELUDE = r"""
 #define KVQ_MMA(d, a, b0, b1) asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
@@ -422,13 +423,19 @@ _MMA_PRELUDE = r"""
 #define KVQ_H2F(flo, fhi, r) asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(flo), "=f"(fhi) : "r"(r))
 #define KVQ_HFMA2(r, a, b, c) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c))
 #define KVQ_PRMT(a, b, s) __byte_perm((a), (b), (s))
+#define KVQ_CP4(dst, src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
+#define KVQ_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define KVQ_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+#define KVQ_SYNCWARP() __syncwarp()
 """
 
 def _mma_ok(kplan, vplan, G):
-    "Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8 slices (a thread's codes then stay in one group)"
+    "Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8 slices (a thread's codes then stay in one group); calibrated codecs of 4 bits or more"
     if G > 8: return False
-    return all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0
-               for plan in (kplan, vplan) for b in plan.bands)
+    for plan in (kplan, vplan):
+        if plan.scale is not None and min(b.bits for b in plan.bands) < 4: return False   # per-channel scales on 1-3 bit codes: float16 tables measured at 2.5e-3 of the output on the H100
+        if not all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0 for b in plan.bands): return False
+    return True
 
 def _field(arr, off, width):
     "Source: the `width`-bit field at compile-time bit `off` of the word array `arr` (inside one word or across two)"
@@ -436,16 +443,15 @@ def _field(arr, off, width):
     if s + width <= 32: return f"(({arr}[{wi}] >> {s}) & {m}u)" if s else f"({arr}[{wi}] & {m}u)"
     return f"((({arr}[{wi}] >> {s}) | ({arr}[{wi + 1}] << {32 - s})) & {m}u)"
 
-def _range_words(side, i, b, name, tok, ok, start, nbits):
-    "Source: the `nbits` bits of band i's codes from bit `start` (start = per-thread multiple of nbits) of token `tok`, funnel-shifted to bit 0 of `name[]`"
+def _range_words(side, i, b, name, tok, ok, start, nbits, row=None):
+    "Source: the `nbits` bits of band i's codes from bit `start` (start = per-thread multiple of nbits) of token `tok`, funnel-shifted to bit 0 of `name[]`; from global memory, or from the token's staged `row` in shared memory"
     W = -(-nbits // 32)
     aligned = nbits % 32 == 0
-    st = lambda k: f"{side}w{i}_strides[{k}]"
+    st = (lambda k: f"{side}w{i}_strides[{k}]") if row is None else (lambda k: "1")
     raw = W if aligned else W + 1
     src = f"""uint32_t {name}[{W}];
             {{
-                const long nn = ({ok}) ? (long)({tok}) : 0;
-                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};
+                {f'const long nn = ({ok}) ? (long)({tok}) : 0;{chr(10)}                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};' if row is None else f'const uint32_t* wp = {row};'}
                 const int s0 = {start}, w0 = s0 >> 5;
                 uint32_t raw[{raw}];
                 #pragma unroll
@@ -458,6 +464,31 @@ def _range_words(side, i, b, name, tok, ok, start, nbits):
                 #pragma unroll
                 for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
     return src + "\n            }"
+
+def _stage_layout(plan):
+    "(word offset of each band in a staged token row, words per token, row pitch in words: odd, against bank conflicts)"
+    offs, t = [], 0
+    for b in plan.bands: offs.append(t); t += b.n_words
+    return offs, t, t | 1
+
+def _nstages(kplan, vplan, G):
+    "cp.async stages that fit the static shared memory (46 KB) next to the rest of the kernel's, at most NST; 0 = no staging"
+    if TPK != 1 or TPV != 1: return 0
+    pitch = max(_stage_layout(kplan)[2], _stage_layout(vplan)[2])
+    for ns in range(NST, 1, -1):
+        if _mma_shared_bytes(kplan, vplan, G) + 4 * _NW * ns * 16 * pitch <= _SHARED_LIMIT['cuda']: return ns
+    return 0
+
+def _stage(side, plan, tile, slot, pitch):
+    "Source: cp.async copies of the words of the 16 tokens of `tile` (chunk offset) into this warp's stage `slot` (tokens past N or CH skipped)"
+    offs, KW, _ = _stage_layout(plan)
+    pick = []
+    for i, b in enumerate(plan.bands):
+        src = f"{side}w{i} + b * {side}w{i}_strides[0] + h * {side}w{i}_strides[1] + n * {side}w{i}_strides[2] + (w - {offs[i]}) * {side}w{i}_strides[3]"
+        cp = f"KVQ_CP4(dst + t * {pitch} + w, {src});"
+        pick.append(cp if i == len(plan.bands) - 1 else f"if (w < {offs[i + 1]}) {cp} else ")
+    return f"""{{ const int tn = {tile}; if (tn < CH) {{ uint32_t* dst = my + ({slot}) * {16 * pitch};
+                for (int i = lane; i < {16 * KW}; i += 32) {{ const int t = i / {KW}, w = i - t * {KW}; const long n = (long)t0 + tn + t; if (n < N) {{ {''.join(pick)} }} }} }} }}"""
 
 def _pair(b, tab, toff, lut, loff, arr, off, out):
     "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits) or two in the code table"
@@ -492,7 +523,15 @@ def _split(x0, x1, hi, lo):
     return f"""uint32_t {hi}, {lo};
             {{ const float y0 = {x0}, y1 = {x1}; float f0, f1; KVQ_H2({hi}, y0, y1); KVQ_H2F(f0, f1, {hi}); KVQ_H2({lo}, y0 - f0, y1 - f1); }}"""
 
-def _mma_keys(kplan, G):
+def _pipeline(side, plan, ns, pitch):
+    "Source: (prologue, per-tile issue, per-tile wait) of a warp's cp.async pipeline over its tiles (tile j is read from stage j % ns), or empty strings"
+    if not ns: return '', '', ''
+    pro = f"for (int s0_ = 0; s0_ < {ns - 1}; ++s0_) {{ {_stage(side, plan, 'warp * 16 + 64 * s0_', 's0_', pitch)} KVQ_CP_COMMIT(); }}"
+    issue = f"{_stage(side, plan, f'tb + {64 * (ns - 1)}', f'(j + {ns - 1}) % {ns}', pitch)} KVQ_CP_COMMIT();"
+    wait = f"KVQ_CP_WAIT({ns - 1}); KVQ_SYNCWARP(); const uint32_t* sw = my + (j % {ns}) * {16 * pitch};"
+    return pro, issue, wait
+
+def _mma_keys(kplan, G, nst=0, pitch=0):
     "Source of the score phase: per warp `TPK` 16-token tiles at a time (their words loaded first); A = codes (16 tokens x 16 dims, a pair lookup per register), B = queries (16 dims x 8 heads, hi + lo halves)"
     ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
     qfr, bands = [], []
@@ -511,7 +550,8 @@ def _mma_keys(kplan, G):
         body = []
         for p in range(TPK):              # loads of every tile first
             for t in 'ab':
-                body.append(_range_words('k', i, b, f"y{t}{p}", f"n{t}{p}", f"ok{t}{p}", f"{R * b.bits} * tig", R * b.bits))
+                row = None if not nst else f"sw + {'gid' if t == 'a' else '(gid + 8)'} * {pitch} + {_stage_layout(kplan)[0][i]}"
+                body.append(_range_words('k', i, b, f"y{t}{p}", f"n{t}{p}", f"ok{t}{p}", f"{R * b.bits} * tig", R * b.bits, row))
         for p in range(TPK):
             if aff:
                 for j in range(max(1, R // b.group_size)):
@@ -549,22 +589,28 @@ def _mma_keys(kplan, G):
                 const long n = na{p} + (e >> 1) * 8;
                 if (g < G && t < CH) sc[t * G + g] = n < N ? sacc{p}[e] + (HAS_MASK ? mask[(long)b * N + n] : 0.0f) : KVQ_NEG_INF;
             }}""" for p in range(TPK))
+    pro, issue, wait = _pipeline('k', kplan, nst, pitch)
     return f"""{{  // 1. scores on tensor cores: warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8, codes [R tig, R tig + R) of each band
         {chr(10).join('    ' + x for x in qfr).strip()}
-        for (int tb = warp * 16; tb < CH; tb += {64 * TPK}) {{
+        {pro}
+        for (int tb = warp * 16, j = 0; tb < CH; tb += {64 * TPK}, ++j) {{
+            {issue}
             if (t0 + tb >= N) {{   // the tiles lie past the last token: scores -inf
                 for (int p = 0; p < {TPK}; ++p) {{ const int t = tb + 64 * p + (lane & 15); if (lane < 16 && t < CH) for (int g = 0; g < G; ++g) sc[t * G + g] = KVQ_NEG_INF; }}
                 continue;
             }}
+            {wait}
             {tiles}
             {chr(10).join('        ' + x for x in bands).strip()}
             {writes}
+            {"KVQ_SYNCWARP();" if nst else ""}
         }}
+        {"KVQ_CP_WAIT(0);" if nst else ""}
     }}
     KVQ_SYNC();
 """
 
-def _mma_values(vplan, G):
+def _mma_values(vplan, G, nst=0, pitch=0):
     "Source of the value phase: per warp `TPV` 16-token tiles at a time (their words loaded first); A = codes (16 dims x 16 tokens), B = weights (16 tokens x 8 heads, hi + lo halves)"
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
@@ -576,7 +622,8 @@ def _mma_values(vplan, G):
         body = []
         for p in range(TPV):
             for e in range(4):
-                body.append(_range_words('v', i, b, f"y{e}_{p}", f"nq{p} + {e}", f"ok{e}_{p}", f"{Rv * b.bits} * gid", Rv * b.bits))
+                row = None if not nst else f"sw + (4 * tig + {e}) * {pitch} + {_stage_layout(vplan)[0][i]}"
+                body.append(_range_words('v', i, b, f"y{e}_{p}", f"nq{p} + {e}", f"ok{e}_{p}", f"{Rv * b.bits} * gid", Rv * b.bits, row))
         for p in range(TPV):
             if aff: body.append(f"{{ const float x0 = p{p}[0], x1 = p{p}[1], x2 = p{p}[2], x3 = p{p}[3];")
             else:
@@ -608,13 +655,19 @@ def _mma_values(vplan, G):
             float p{p}[4];
             #pragma unroll
             for (int e = 0; e < 4; ++e) p{p}[e] = (gid < G && nq{p} + e < N && tq{p} < CH) ? sc[(tq{p} + e) * G + gid] : 0.0f;""" for p in range(TPV))
+    pro, issue, wait = _pipeline('v', vplan, nst, pitch)
     return f"""{{  // 3. weighted values on tensor cores: warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3, codes [Rv gid, Rv gid + Rv) of each band
         float acc[{MT0}][4];
         for (int m = 0; m < {MT0}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
-        for (int tb = warp * 16; tb < CH && t0 + tb < N; tb += {64 * TPV}) {{
+        {pro}
+        for (int tb = warp * 16, j = 0; tb < CH && t0 + tb < N; tb += {64 * TPV}, ++j) {{
+            {issue}
+            {wait}
             {tiles}
             {chr(10).join('            ' + x for x in bands).strip()}
+            {"KVQ_SYNCWARP();" if nst else ""}
         }}
+        {"KVQ_CP_WAIT(0);" if nst else ""}
         for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
                 {chr(10).join('                ' + x for x in acc_out).strip()}
@@ -630,6 +683,8 @@ def _mma_source(kplan, vplan, G, qprep=None):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
+    ns = _nstages(kplan, vplan, G); pitch = max(_stage_layout(kplan)[2], _stage_layout(vplan)[2])
+    stg = f"KVQ_SHARED uint32_t stg[{_NW * ns * 16 * pitch}];\n    uint32_t* const my = stg + warp * {ns * 16 * pitch};" if ns else ""
     return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
@@ -643,10 +698,11 @@ def _mma_source(kplan, vplan, G, qprep=None):
     KVQ_SHARED float stat[2 * G];
     KVQ_SHARED uint32_t klut[{KL}];
     KVQ_SHARED uint32_t vlut[{VL}];
+    {stg}
 {_qload(kplan, vplan, G, qprep)}    {_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s')}
     {_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s')}
     KVQ_SYNC();
-    {_mma_keys(kplan, G)}{_softmax()}    {_mma_values(vplan, G)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_mma_keys(kplan, G, ns, pitch)}{_softmax()}    {_mma_values(vplan, G, ns, pitch)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
 
 def _mma_shared_bytes(kplan, vplan, G):

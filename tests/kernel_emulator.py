@@ -90,6 +90,10 @@ MACROS = r"""
 #define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
 #define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
+#define KVQ_CP4(dst, src) (*(dst) = *(src))
+#define KVQ_CP_COMMIT() ((void)0)
+#define KVQ_CP_WAIT(n) ((void)0)
+#define KVQ_SYNCWARP() g_wbar[g_tid >> 5]->arrive_and_wait()
 """
 _LIBS = {}
 

@@ -61,10 +61,10 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
 def test_mma_variants(monkeypatch):
-    "Short chunks (many blocks, a partial last chunk, tiles past the last token) give the same attention in the tensor-core kernel"
+    "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages: the same attention from the tensor-core kernel"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
-    for tp, (name, kc, vc, B, Hkv, G, D, n) in ((1, E.CASES[0]), (3, E.CASES[4])):   # tiles in flight per warp: 1 and 3
-        monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp)
+    for tp, nst, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, E.CASES[0]), (1, 3, E.CASES[1]), (3, 0, E.CASES[4])):   # tiles in flight per warp, cp.async stages
+        monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst)
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp)
 
 def test_variants(monkeypatch):
