@@ -415,7 +415,7 @@ def _chunk(n, R, G):
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
 TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
 TPV = 1                  # the same for the weighted values
-NST = 3                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory); needs TPK = TPV = 1
+NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
 
 _MMA_PRELUDE = r"""
 #define KVQ_MMA(d, a, b0, b1) asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
