@@ -3,7 +3,7 @@ wrapped in the signature MLX's `mx.fast.cuda_kernel` gives it (inputs, `NAME_str
 outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H200).
 
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12   # NVIDIA's wheels, no GPU needed
-    python3 bench/cuda_registers.py [--arch sm_90]
+    python3 bench/cuda_registers.py [--arch sm_90] [--sass]     # --sass: + pip install nvidia-cuda-cuobjdump
 
 Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 0 bytes spilled, 35040 bytes smem`.
 Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 128 threads per block)."""
@@ -31,8 +31,8 @@ def wrap(name, src, inputs, outputs):
     ps += [f"    {t}* {n}" for n, t in outputs]
     return HEADER + f"namespace mlx {{ namespace core {{ namespace cu {{\n__global__ void {name}(\n" + ',\n'.join(ps) + ") {\n" + src + "\n}\n}}}\n"
 
-def compile_ptxas(name, source, arch):
-    "(registers, spilled bytes, smem bytes) from NVRTC + ptxas -v"
+def compile_ptxas(name, source, arch, sass=False):
+    "(registers, spilled bytes, smem bytes) from NVRTC + ptxas -v (+ a Counter of the SASS opcodes when `sass`: cuobjdump from the nvidia-cuda-cuobjdump wheel)"
     lib = ctypes.CDLL(os.path.join(ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12'))
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f'{name}.cu'.encode(), 0, None, None) == 0
@@ -51,7 +51,15 @@ def compile_ptxas(name, source, arch):
     if out.returncode: raise RuntimeError(out.stderr[-3000:])
     log = out.stderr + out.stdout
     get = lambda pat: int((re.findall(pat, log) or [0])[0])
-    return get(r'Used (\d+) registers'), get(r'(\d+) bytes spill stores'), get(r'(\d+) bytes smem')
+    res = get(r'Used (\d+) registers'), get(r'(\d+) bytes spill stores'), get(r'(\d+) bytes smem')
+    if not sass: return res
+    import glob, collections
+    tool = (glob.glob(os.path.join(ROOT, '*', 'bin', 'cuobjdump')) + glob.glob(os.path.join(ROOT, 'cu*', 'bin', 'cuobjdump')) + ['cuobjdump'])[0]
+    if tool != 'cuobjdump' and not os.access(tool, os.X_OK): os.chmod(tool, 0o755)
+    env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get('PATH', ''))   # cuobjdump runs nvdisasm (nvidia-cuda-nvdisasm wheel)
+    dump = subprocess.run([tool, '-sass', f'{d}/k.cubin'], capture_output=True, text=True, env=env).stdout
+    ops = collections.Counter(m.split('.')[0] for m in re.findall(r'/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)', dump))
+    return res + (ops,)
 
 def decode_inputs(kplan, vplan, qprep):
     ins = [('q', '__half' if qprep else 'float')] + [(f'kw{i}', 'uint32_t') for i in range(len(kplan.bands))] + \
@@ -65,11 +73,15 @@ CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3'
            ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 8, 64)]
 
 if __name__ == '__main__':
-    ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90'); args = ap.parse_args()
+    ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90')
+    ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
+    args = ap.parse_args()
     for label, kc, vc, G, D in CONFIGS:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)
         src = AK._decode_source(kp, vp, G, 'cuda', qprep)
-        regs, spill, smem = compile_ptxas('k', wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch)
+        got = compile_ptxas('k', wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch, args.sass)
+        regs, spill, smem = got[:3]
         print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
-              f"(U={AK.U}, UV={AK.UV}, CH_MAX={AK.CH_MAX}; {args.arch})")
+              f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")
+        if args.sass: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))

@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'NST']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'VEC', 'NST']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -415,6 +415,8 @@ def _chunk(n, R, G):
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
 TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
 TPV = 1                  # the same for the weighted values
+VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
+_DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
 
 _MMA_PRELUDE = r"""
@@ -454,8 +456,7 @@ def _range_words(side, i, b, name, tok, ok, start, nbits, row=None):
                 {f'const long nn = ({ok}) ? (long)({tok}) : 0;{chr(10)}                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};' if row is None else f'const uint32_t* wp = {row};'}
                 const int s0 = {start}, w0 = s0 >> 5;
                 uint32_t raw[{raw}];
-                #pragma unroll
-                for (int e = 0; e < {raw}; ++e) raw[e] = (({ok}) && w0 + e < {b.n_words}) ? wp[(w0 + e) * {st(3)}] : 0u;"""
+                {_raw_loads(raw, ok, b.n_words, st(3), row is None and aligned)}"""
     if aligned: src += f"""
                 #pragma unroll
                 for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
@@ -489,6 +490,21 @@ def _stage(side, plan, tile, slot, pitch):
         pick.append(cp if i == len(plan.bands) - 1 else f"if (w < {offs[i + 1]}) {cp} else ")
     return f"""{{ const int tn = {tile}; if (tn < CH) {{ uint32_t* dst = my + ({slot}) * {16 * pitch};
                 for (int i = lane; i < {16 * KW}; i += 32) {{ const int t = i / {KW}, w = i - t * {KW}; const long n = (long)t0 + tn + t; if (n < N) {{ {''.join(pick)} }} }} }} }}"""
+
+def _raw_loads(raw, ok, n_words, st3, vec):
+    "Source: raw[0..raw) = the thread's words from `wp + w0` (0 past the band or for a masked token); as uint4 / uint2 vectors when `VEC`, the row is contiguous and aligned"
+    scalar = f"""#pragma unroll
+                for (int e = 0; e < {raw}; ++e) raw[e] = (({ok}) && w0 + e < {n_words}) ? wp[(w0 + e) * {st3}] : 0u;"""
+    if _DIAG == 'noload': return f"for (int e = 0; e < {raw}; ++e) raw[e] = ({ok}) ? (uint32_t)(nn * 2654435761u) ^ (uint32_t)(e * 40503u) : 0u;"
+    V = 4 if raw % 4 == 0 else 2 if raw % 2 == 0 else 0
+    if not (VEC and vec and V): return scalar
+    ty, comp = ('uint4', 'xyzw') if V == 4 else ('uint2', 'xy')
+    body = ' '.join(f"{{ const {ty} v = vp[{k}]; " + ' '.join(f"raw[{V * k + j}] = v.{comp[j]};" for j in range(V)) + " }" for k in range(raw // V))
+    return f"""if (({ok}) && {st3} == 1 && w0 + {raw} <= {n_words} && (((unsigned long long)(wp + w0)) & {4 * V - 1}) == 0) {{
+                    const KVQ_DEV {ty}* vp = reinterpret_cast<const KVQ_DEV {ty}*>(wp + w0); {body}
+                }} else {{
+                {scalar}
+                }}"""
 
 def _pair(b, tab, toff, lut, loff, arr, off, out):
     "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits) or two in the code table"

@@ -23,6 +23,8 @@ PRE = r"""
 #include <vector>
 #include <memory>
 struct float4 { float x, y, z, w; };
+struct uint4 { uint32_t x, y, z, w; };
+struct uint2 { uint32_t x, y; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
 static thread_local int g_tid;
 static int g_bx, g_by, g_nt;

@@ -61,10 +61,12 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
 def test_mma_variants(monkeypatch):
-    "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages: the same attention from the tensor-core kernel"
+    "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads: the same attention from the tensor-core kernel"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
-    for tp, nst, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, E.CASES[0]), (1, 3, E.CASES[1]), (3, 0, E.CASES[4])):   # tiles in flight per warp, cp.async stages
-        monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst)
+    for tp, nst, vec, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, False, E.CASES[0]), (1, 3, True, E.CASES[1]), (3, 0, False, E.CASES[4]), (1, 0, True, E.CASES[6])):
+        # tiles in flight per warp, cp.async stages, vector loads (the calibrated case: 3-word ranges, scalar loads)
+        monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst); monkeypatch.setattr(AK, 'VEC', vec)
+        if kc is None: kc, vc = E.calibrated_pair(D)
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp)
 
 def test_variants(monkeypatch):
