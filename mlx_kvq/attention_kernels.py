@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'VEC', 'NST']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'SCAL', 'CLAMP', 'VEC', 'NST']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -415,6 +415,8 @@ def _chunk(n, R, G):
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
 TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
 TPV = 1                  # the same for the weighted values
+SCAL = True              # the chunk's per-token scalars (norms, affine scales and biases) copied to shared memory once per chunk and side, not read from global memory per tile
+CLAMP = True             # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
 _DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
@@ -453,10 +455,10 @@ def _range_words(side, i, b, name, tok, ok, start, nbits, row=None):
     raw = W if aligned else W + 1
     src = f"""uint32_t {name}[{W}];
             {{
-                {f'const long nn = ({ok}) ? (long)({tok}) : 0;{chr(10)}                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};' if row is None else f'const uint32_t* wp = {row};'}
+                {_row_ptr(side, i, tok, ok, st) if row is None else f'const uint32_t* wp = {row};'}
                 const int s0 = {start}, w0 = s0 >> 5;
                 uint32_t raw[{raw}];
-                {_raw_loads(raw, ok, b.n_words, st(3), row is None and aligned)}"""
+                {_raw_loads(raw, 'true' if CLAMP and row is None else ok, b.n_words, st(3), row is None and aligned, b.n % 32 == 0 and CLAMP)}"""
     if aligned: src += f"""
                 #pragma unroll
                 for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
@@ -491,11 +493,19 @@ def _stage(side, plan, tile, slot, pitch):
     return f"""{{ const int tn = {tile}; if (tn < CH) {{ uint32_t* dst = my + ({slot}) * {16 * pitch};
                 for (int i = lane; i < {16 * KW}; i += 32) {{ const int t = i / {KW}, w = i - t * {KW}; const long n = (long)t0 + tn + t; if (n < N) {{ {''.join(pick)} }} }} }} }}"""
 
-def _raw_loads(raw, ok, n_words, st3, vec):
+def _row_ptr(side, i, tok, ok, st):
+    "Source: `wp`, the token's row of band i's words (with CLAMP, a masked token reads the last token's row: 32-bit offsets, no predicate)"
+    if CLAMP: return (f"const int nn = ({ok}) ? (int)({tok}) : N - 1;\n                "
+                      f"const KVQ_DEV uint32_t* wp = {side}w{i}_row + (long)nn * {st(2)};")
+    return f"const long nn = ({ok}) ? (long)({tok}) : 0;\n                const KVQ_DEV uint32_t* wp = {side}w{i} + b * {st(0)} + h * {st(1)} + nn * {st(2)};"
+
+def _raw_loads(raw, ok, n_words, st3, vec, full=False):
     "Source: raw[0..raw) = the thread's words from `wp + w0` (0 past the band or for a masked token); as uint4 / uint2 vectors when `VEC`, the row is contiguous and aligned"
+    cond = ' && '.join(x for x in (ok if ok != 'true' else '', '' if full else f'w0 + e < {n_words}') if x)
+    load = f"wp[(w0 + e) * (int){st3}]"
     scalar = f"""#pragma unroll
-                for (int e = 0; e < {raw}; ++e) raw[e] = (({ok}) && w0 + e < {n_words}) ? wp[(w0 + e) * {st3}] : 0u;"""
-    if _DIAG == 'noload': return f"for (int e = 0; e < {raw}; ++e) raw[e] = ({ok}) ? (uint32_t)(nn * 2654435761u) ^ (uint32_t)(e * 40503u) : 0u;"
+                for (int e = 0; e < {raw}; ++e) raw[e] = {f'({cond}) ? {load} : 0u' if cond else load};"""
+    if _DIAG == 'noload': return f"for (int e = 0; e < {raw}; ++e) raw[e] = (uint32_t)(nn * 2654435761u) ^ (uint32_t)(e * 40503u);"
     V = 4 if raw % 4 == 0 else 2 if raw % 2 == 0 else 0
     if not (VEC and vec and V): return scalar
     ty, comp = ('uint4', 'xyzw') if V == 4 else ('uint2', 'xy')
@@ -529,8 +539,39 @@ def _lut_fill(plan, toff, loffs, lut, tab):
         out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
     return '\n    '.join(out)
 
+_SCS = {}                # while a source is generated with SCAL: side -> (scalars per token, each band's offset)
+
+def _scal_layout(plan):
+    "Per-token scalars of a plan's bands as staged: (each band's offset, total): a norm per band (turbo), scale and bias per group (affine)"
+    offs, t = [], 0
+    for b in plan.bands:
+        offs.append(t); t += 1 if b.table is not None else 2 * (b.n // b.group_size)
+    return offs, t
+
+def _scal_fill(side, plan):
+    "Source: the chunk's per-token scalars of `plan` into `scs` (0 past the last token), then a barrier"
+    offs, NSC = _scal_layout(plan)
+    pick = []
+    for i, b in enumerate(plan.bands):
+        idx = lambda nm, grp: f"(float){side}{nm}{i}[b * {side}{nm}{i}_strides[0] + h * {side}{nm}{i}_strides[1] + n * {side}{nm}{i}_strides[2] + ({grp}) * {side}{nm}{i}_strides[3]]"
+        if b.table is not None: val = idx('g', 0)
+        else: val = f"((f - {offs[i]}) & 1) ? {idx('z', f'(f - {offs[i]}) >> 1')} : {idx('g', f'(f - {offs[i]}) >> 1')}"
+        last = i == len(plan.bands) - 1
+        pick.append(f"v = {val};" if last else f"if (f < {offs[i + 1]}) v = {val}; else ")
+    return f"""for (int i = tid; i < CH * {NSC}; i += {NT}) {{
+        const int t = i / {NSC}, f = i - t * {NSC}; const long n = (long)t0 + t;
+        float v = 0.0f;
+        if (n < N) {{ {''.join(pick)} }}
+        scs[i] = v;
+    }}
+    KVQ_SYNC();
+"""
+
 def _sc(side, i, tok, grp):
-    "Source: a per-token scalar of band i (`g` scale / norm, `z` bias) of token `tok`, group `grp`"
+    "Source: a per-token scalar of band i (`g` scale / norm, `z` bias) of token `tok`, group `grp`: from the chunk's staged scalars (SCAL) or global memory"
+    if side in _SCS:
+        NSC, offs, aff = _SCS[side]
+        return lambda nm: f"scs[(int)(({tok}) - t0) * {NSC} + {offs[i]}" + (f" + 2 * ({grp}) + {int(nm == 'z')}]" if aff[i] else "]")
     return lambda nm: (f"(float){side}{nm}{i}[b * {side}{nm}{i}_strides[0] + h * {side}{nm}{i}_strides[1] + (long)({tok}) * {side}{nm}{i}_strides[2]"
                        f" + ({grp}) * {side}{nm}{i}_strides[3]]")
 
@@ -700,6 +741,22 @@ def _mma_source(kplan, vplan, G, qprep=None):
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     ns = _nstages(kplan, vplan, G); pitch = max(_stage_layout(kplan)[2], _stage_layout(vplan)[2])
+    nsc = _scal_size(kplan, vplan, G, ns, pitch)
+    _SCS.clear()
+    if nsc: _SCS.update({sd: (_scal_layout(pl)[1], _scal_layout(pl)[0], [b.table is None for b in pl.bands]) for sd, pl in (('k', kplan), ('v', vplan))})
+    try: return _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc)
+    finally: _SCS.clear()
+
+def _scal_size(kplan, vplan, G, ns, pitch):
+    "Floats per token of the staged scalars when SCAL and they fit the static shared memory, else 0"
+    n = max(_scal_layout(kplan)[1], _scal_layout(vplan)[1])
+    extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
+    return n if SCAL and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
+
+def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
+    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
+    KNS, VNS = sum(ksl), sum(vsl)
+    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     stg = f"KVQ_SHARED uint32_t stg[{_NW * ns * 16 * pitch}];\n    uint32_t* const my = stg + warp * {ns * 16 * pitch};" if ns else ""
     return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
@@ -715,11 +772,20 @@ def _mma_source(kplan, vplan, G, qprep=None):
     KVQ_SHARED uint32_t klut[{KL}];
     KVQ_SHARED uint32_t vlut[{VL}];
     {stg}
+    {_row_bases(kplan, vplan)}
 {_qload(kplan, vplan, G, qprep)}    {_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s')}
     {_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s')}
     KVQ_SYNC();
-    {_mma_keys(kplan, G, ns, pitch)}{_softmax()}    {_mma_values(vplan, G, ns, pitch)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {'KVQ_SHARED float scs[CHMAX * ' + str(nsc) + '];' if nsc else ''}
+    {_scal_fill('k', kplan) if nsc else ''}
+    {_mma_keys(kplan, G, ns, pitch)}    {_scal_fill('v', vplan) if nsc else ''}{_softmax()}    {_mma_values(vplan, G, ns, pitch)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
+
+def _row_bases(kplan, vplan):
+    "Source: each band's words of this block's (batch, head), computed once (CLAMP)"
+    if not CLAMP: return ''
+    return ' '.join(f"const KVQ_DEV uint32_t* {sd}w{i}_row = {sd}w{i} + b * {sd}w{i}_strides[0] + h * {sd}w{i}_strides[1];"
+                    for sd, plan in (('k', kplan), ('v', vplan)) for i in range(len(plan.bands)))
 
 def _mma_shared_bytes(kplan, vplan, G):
     KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
