@@ -415,8 +415,8 @@ def _chunk(n, R, G):
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
 TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
 TPV = 1                  # the same for the weighted values
-SCAL = True              # the chunk's per-token scalars (norms, affine scales and biases) copied to shared memory once per chunk and side, not read from global memory per tile
-CLAMP = True             # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
+SCAL = False             # the chunk's per-token scalars (norms, affine scales and biases) copied to shared memory once per chunk and side, not read from global memory per tile
+CLAMP = False            # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
 _DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
@@ -502,7 +502,7 @@ def _row_ptr(side, i, tok, ok, st):
 def _raw_loads(raw, ok, n_words, st3, vec, full=False):
     "Source: raw[0..raw) = the thread's words from `wp + w0` (0 past the band or for a masked token); as uint4 / uint2 vectors when `VEC`, the row is contiguous and aligned"
     cond = ' && '.join(x for x in (ok if ok != 'true' else '', '' if full else f'w0 + e < {n_words}') if x)
-    load = f"wp[(w0 + e) * (int){st3}]"
+    load = f"wp[(w0 + e) * (int){st3}]" if CLAMP else f"wp[(w0 + e) * {st3}]"
     scalar = f"""#pragma unroll
                 for (int e = 0; e < {raw}; ++e) raw[e] = {f'({cond}) ? {load} : 0u' if cond else load};"""
     if _DIAG == 'noload': return f"for (int e = 0; e < {raw}; ++e) raw[e] = (uint32_t)(nn * 2654435761u) ^ (uint32_t)(e * 40503u);"
@@ -748,10 +748,10 @@ def _mma_source(kplan, vplan, G, qprep=None):
     finally: _SCS.clear()
 
 def _scal_size(kplan, vplan, G, ns, pitch):
-    "Floats per token of the staged scalars when SCAL and they fit the static shared memory, else 0"
+    "Floats per token of the staged scalars when SCAL, at most 2 per token (turbo norms; affine's scales and biases took 16 KB more shared memory and measured slower) and they fit, else 0"
     n = max(_scal_layout(kplan)[1], _scal_layout(vplan)[1])
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
-    return n if SCAL and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
+    return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
 def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
