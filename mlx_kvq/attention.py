@@ -14,7 +14,7 @@ from .packing import GuardedKernel, kernel_backend, lookup_decode
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
@@ -304,7 +304,8 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
         else: qcat = mx.concatenate([_pad_to(x[..., 0, :], 32 * _nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
     CH = _chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(_side_layout(vplan)[0])
-    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, q.dtype != mx.float32 if half is None else half)
+    half = q.dtype != mx.float32 if half is None else half
+    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     if mask is not None:
         mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
         mk = mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
@@ -316,7 +317,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'], val[f'{side}g{i}'] = parts[b.words], parts[b.gamma]
             if b.bias is not None: val[f'{side}z{i}'] = parts[b.bias]
-    o, ml = kernel(inputs=[val[k] for k in names], grid=(S * NT, R, 1), threadgroup=(NT, 1, 1),
+    o, ml = kernel(inputs=[val[k] for k in names], grid=(_grid_x(S, kplan, vplan, G, backend, half) * NT, R, 1), threadgroup=(NT, 1, 1),
                    output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
     return o, ml, meta, kbias, (B, Hkv, G, R, VDP)
 

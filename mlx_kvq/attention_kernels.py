@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'SCAL', 'CLAMP', 'VEC', 'NST']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'NST']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -251,7 +251,7 @@ def _softmax():
 
 def _decode_source(kplan, vplan, G, backend, qprep=None, half=True):
     "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32 throughout)"
-    if backend == 'cuda' and half and MMA and _mma_ok(kplan, vplan, G): return _mma_source(kplan, vplan, G, qprep)
+    if _uses_mma(kplan, vplan, G, backend, half): return _mma_source(kplan, vplan, G, qprep)
     return _simt_source(kplan, vplan, G, backend, qprep)
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
@@ -397,7 +397,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG)
 
 def _chmax(G): return min(CH_MAX, 4096 // G // 32 * 32)
 
@@ -415,6 +415,7 @@ def _chunk(n, R, G):
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)
 TPK = 1                  # 16-token tiles a warp loads before it computes, scores (loads in flight)
 TPV = 1                  # the same for the weighted values
+PCH = 1                  # chunks each block of the tensor-core kernel serves in turn (its query, tables and fragments prepared once)
 SCAL = False             # the chunk's per-token scalars (norms, affine scales and biases) copied to shared memory once per chunk and side, not read from global memory per tile
 CLAMP = False            # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
@@ -431,7 +432,16 @@ _MMA_PRELUDE = r"""
 #define KVQ_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define KVQ_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 #define KVQ_SYNCWARP() __syncwarp()
+#define KVQ_GX ((int)gridDim.x)
 """
+
+def _uses_mma(kplan, vplan, G, backend, half=True):
+    "Whether `_decode_source` generates the tensor-core kernel for this configuration"
+    return backend == 'cuda' and half and MMA and _mma_ok(kplan, vplan, G)
+
+def _grid_x(S, kplan, vplan, G, backend, half=True):
+    "Thread blocks along the chunks: one per chunk (SIMT), or each serving PCH chunks (tensor-core kernel)"
+    return -(-S // max(1, PCH)) if _uses_mma(kplan, vplan, G, backend, half) else S
 
 def _mma_ok(kplan, vplan, G):
     "Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8 slices (a thread's codes then stay in one group); calibrated codecs of 4 bits or more"
@@ -761,10 +771,9 @@ def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
     return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
-    const int sp = KVQ_BX, r = KVQ_BY;
+    const int r = KVQ_BY;
     const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
     const int b = r / H, h = r - b * H;
-    const int t0 = sp * CH;
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
     KVQ_SHARED float sc[CHMAX * G];
     KVQ_SHARED float red[G * {32 * VNS}];
@@ -777,8 +786,11 @@ def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
     {_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s')}
     KVQ_SYNC();
     {'KVQ_SHARED float scs[CHMAX * ' + str(nsc) + '];' if nsc else ''}
+    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (PCH)
+    const int t0 = sp * CH;
     {_scal_fill('k', kplan) if nsc else ''}
     {_mma_keys(kplan, G, ns, pitch)}    {_scal_fill('v', vplan) if nsc else ''}{_softmax()}    {_mma_values(vplan, G, ns, pitch)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    }}
 """
 
 def _row_bases(kplan, vplan):

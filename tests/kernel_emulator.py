@@ -27,7 +27,7 @@ struct uint4 { uint32_t x, y, z, w; };
 struct uint2 { uint32_t x, y; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
 static thread_local int g_tid;
-static int g_bx, g_by, g_nt;
+static int g_bx, g_by, g_nt, g_gx;
 static std::barrier<>* g_bar;
 static std::vector<std::unique_ptr<std::barrier<>>> g_wbar;
 static float g_slot[1024];
@@ -82,6 +82,7 @@ MACROS = r"""
 #define KVQ_TID g_tid
 #define KVQ_BX g_bx
 #define KVQ_BY g_by
+#define KVQ_GX g_gx
 #define KVQ_NTHREADS g_nt
 #define KVQ_EXP(x) expf(x)
 #define KVQ_MAX(a, b) fmaxf((a), (b))
@@ -115,7 +116,7 @@ def compile_kernel(source, ins, outs):
     params += [f'float* {n}' for n in outs]; cparams += [f'float* {n}' for n in outs]; args += list(outs)
     code = PRE + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
     code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
-    code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH;
+    code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new std::barrier<>(32));
     for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) {
         g_bx = bx; g_by = by;
@@ -169,7 +170,7 @@ def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep,
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
-    launch([val[nm] for nm, _ in ins], [o, ml], S, R, AK.NT)
+    launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend), R, AK.NT)
     return o, ml, meta, VDP
 
 def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):

@@ -61,11 +61,12 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
 def test_mma_variants(monkeypatch):
-    "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads, staged scalars and clamped loads: the same attention from the tensor-core kernel"
+    "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads, staged scalars and clamped loads, 1-4 chunks per block: the same attention from the tensor-core kernel"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
-    for tp, nst, vec, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, False, E.CASES[0]), (1, 3, True, E.CASES[1]), (3, 0, False, E.CASES[4]), (1, 0, True, E.CASES[6])):
-        # tiles in flight per warp, cp.async stages, vector loads (the calibrated case: 3-word ranges, scalar loads)
+    for tp, nst, vec, pch, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, False, 2, E.CASES[0]), (1, 3, True, 3, E.CASES[1]), (3, 0, False, 1, E.CASES[4]), (1, 0, True, 4, E.CASES[6])):
+        # tiles in flight per warp, cp.async stages, vector loads (the calibrated case: 3-word ranges, scalar loads), chunks per block
         monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst); monkeypatch.setattr(AK, 'VEC', vec)
+        monkeypatch.setattr(AK, 'PCH', pch)
         if kc is None: kc, vc = E.calibrated_pair(D)
         for staged in (False, True):   # the chunk's scalars staged in shared memory + clamped loads, or neither
             monkeypatch.setattr(AK, 'SCAL', staged); monkeypatch.setattr(AK, 'CLAMP', staged)
