@@ -51,7 +51,7 @@ def section0():
 def section1():
     global failures, rot_fail
     print("\n== 1. fused vs reference, fresh random inputs (rows = 3*5*37 = 555, not a multiple of the 4 vectors per block)")
-    print(f"{'dim':>5} {'bits':>4} {'path':>14} {'rot-in-kernel':>13} {'codes!=ref':>10} {'(ties)':>6} {'norm rel.err':>12} "
+    print(f"{'dim':>5} {'bits':>4} {'dtype':>8} {'path':>14} {'rot-in-kernel':>13} {'codes!=ref':>10} {'(ties)':>6} {'norm rel.err':>12} "
           f"{'deq max|d|':>10} {'guard':>8}")
     bad = 0
     configs = [(128, b) for b in range(1, 9)] + [(n, b) for n in (64, 80, 96, 112, 256, 512, 1024, 72, 32) for b in (2, 3, 4, 8)]
@@ -60,6 +60,7 @@ def section1():
         rot, cb = get_rotation(n, seed=i), sphere_codebook(n, bits)
         x = mx.random.normal((3, 5, 37, n)) * mx.exp(mx.random.normal((3, 5, 37, 1)))
         x[..., : max(1, n // 32)] *= 8.0                                    # a few outlier channels
+        x = x.astype((mx.float32, mx.float16, mx.bfloat16)[i % 3])          # the kernel reads the model's dtype
         fw, fn = P.fused_quantize_pack(x, rot, cb, backend="cuda")
         rw, rn = P.quantize_pack_ref(x, rot, cb)
         mx.eval(fw, fn, rw, rn)
@@ -77,7 +78,7 @@ def section1():
         ok = why is None and dmax == 0.0 and gq is True and gd is True and not caught
         bad += not ok
         rot_in = rot.path == "hadamard" and rot.m == 1 and n >= 32
-        print(f"{n:5d} {bits:4d} {rot.path:>14} {str(rot_in):>13} {diff:10d} {ties:>6} {nerr:12.2e} {dmax:10.2e} "
+        print(f"{n:5d} {bits:4d} {str(x.dtype).split('.')[-1]:>8} {rot.path:>14} {str(rot_in):>13} {diff:10d} {ties:>6} {nerr:12.2e} {dmax:10.2e} "
               f"{'ok' if ok else 'FAIL':>8}" + (f"  {why} {[str(c.message) for c in caught]}" if not ok else ""))
     failures += bad
     print(f"agreement: {len(configs) - bad}/{len(configs)} configurations agree")
@@ -87,7 +88,8 @@ def section1():
 def section2():
     global failures, rot_fail
     print("\n== 2. guard on the GPU: a CUDA kernel that does not compile, and one that writes wrong words")
-    broken_src = P._Q_CUDA.replace("if (lane == 0) norms[row] = nrm;", "if (lane == 0) norms[row] = nrm  // missing ;")
+    broken_src = P._Q_CUDA.replace("if (lane == 0) norms[row] = __float2half_rn(nrm);", "if (lane == 0) norms[row] = __float2half_rn(nrm)  // missing ;")
+    assert broken_src != P._Q_CUDA
     broken = mx.fast.cuda_kernel(name="mlx_kvq_broken", input_names=["x", "signs", "bnd", "meta"], output_names=["words", "norms"], source=broken_src)
     wrong_src = P._Q_CUDA.replace("word |= (sh >= 0) ? (c << sh) : (c >> (-sh));", "word |= (sh >= 0) ? (c << sh) : 0u;")
     wrong = mx.fast.cuda_kernel(name="mlx_kvq_wrong", input_names=["x", "signs", "bnd", "meta"], output_names=["words", "norms"], source=wrong_src)

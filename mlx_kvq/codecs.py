@@ -120,12 +120,24 @@ class AffineCodec(Codec):
 
 # %% ../nbs/02a_codecs.ipynb #a0882d91
 class CachedSide:
-    "What a quantized cache returns for one side: exact prefix, quantized parts, exact suffix"
-    def __init__(self, codec, head=None, parts=None, tail=None):
-        self.codec, self.head, self.parts, self.tail = codec, head, parts, tail
+    """What a quantized cache returns for one side: exact prefix, quantized parts, exact suffix. With `n`, `parts` are the
+    cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when read, and
+    the decode kernels read the storage itself (`storage`), so a decode step makes no slice."""
+    def __init__(self, codec, head=None, parts=None, tail=None, n=None):
+        self.codec, self.head, self.tail = codec, head, tail
+        self.storage, self._n = parts, n
+        self._parts = parts if n is None else None
+    @property
+    def parts(self):
+        if self._parts is None and self.storage: self._parts = tuple(p[..., :self._n, :] for p in self.storage)
+        return self._parts
+    @parts.setter
+    def parts(self, v): self.storage, self._n, self._parts = v, None, v
     def _len(self, x, axis=-2): return 0 if x is None else x.shape[axis]
     @property
-    def n_quantized(self): return 0 if not self.parts else self.parts[0].shape[-2]
+    def n_quantized(self):
+        if not self.storage: return 0
+        return self.storage[0].shape[-2] if self._n is None else self._n
     @property
     def shape(self):
         "(B, H, L, D) as if it were an array of keys or values (D is that of the exact tokens)"

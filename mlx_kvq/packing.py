@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/packing.html.md"""
 
 # %% ../nbs/02_packing.ipynb #dd3aa278
 from __future__ import annotations
-import math, warnings
+import math, os, warnings
 from functools import lru_cache
 
 import numpy as np
@@ -120,10 +120,10 @@ _Q_CUDA = r"""
     const int row = blockIdx.x * WARPS + warp;
     __shared__ unsigned char sc[WARPS][N];
     if (row >= meta[0]) return;
-    const float* xr = x + (size_t)row * N;
+    const auto* xr = x + (size_t)row * N;   // the model's dtype (float32 / float16 / bfloat16), read as float
     float v[E];
     if (ROTATE) {
-        for (int e = 0; e < E; ++e) v[e] = xr[lane * E + e] * signs[lane * E + e];
+        for (int e = 0; e < E; ++e) v[e] = (float)xr[lane * E + e] * signs[lane * E + e];
         for (int h = 1; h < E; h <<= 1)
             for (int e = 0; e < E; ++e)
                 if (!(e & h)) { float a = v[e], b = v[e + h]; v[e] = a + b; v[e + h] = a - b; }
@@ -135,7 +135,7 @@ _Q_CUDA = r"""
         const float scale = 1.0f / sqrtf((float)N);
         for (int e = 0; e < E; ++e) v[e] *= scale;
     } else {
-        for (int e = 0; e < E; ++e) { int i = lane + 32 * e; v[e] = (i < N) ? xr[i] : 0.0f; }
+        for (int e = 0; e < E; ++e) { int i = lane + 32 * e; v[e] = (i < N) ? (float)xr[i] : 0.0f; }
     }
     float ss = 0.0f;
     for (int e = 0; e < E; ++e) ss += v[e] * v[e];
@@ -162,7 +162,7 @@ _Q_CUDA = r"""
         }
         words[(size_t)row * W + w] = word;
     }
-    if (lane == 0) norms[row] = nrm;
+    if (lane == 0) norms[row] = __float2half_rn(nrm);   // stored float16, rounded as astype(float16) rounds
 """
 
 _D_CUDA = r"""
@@ -183,10 +183,10 @@ _Q_METAL = r"""
     const int row = int(threadgroup_position_in_grid.x) * WARPS + int(warp);
     threadgroup uchar sc[WARPS * N];
     if (row >= meta[0]) return;
-    const device float* xr = x + size_t(row) * N;
+    auto xr = x + size_t(row) * N;
     float v[E];
     if (ROTATE) {
-        for (int e = 0; e < E; ++e) v[e] = xr[lane * E + e] * signs[lane * E + e];
+        for (int e = 0; e < E; ++e) v[e] = (float)xr[lane * E + e] * signs[lane * E + e];
         for (int h = 1; h < E; h <<= 1)
             for (int e = 0; e < E; ++e)
                 if (!(e & h)) { float a = v[e], b = v[e + h]; v[e] = a + b; v[e + h] = a - b; }
@@ -198,7 +198,7 @@ _Q_METAL = r"""
         const float scale = 1.0f / sqrt(float(N));
         for (int e = 0; e < E; ++e) v[e] *= scale;
     } else {
-        for (int e = 0; e < E; ++e) { int i = int(lane) + 32 * e; v[e] = (i < N) ? xr[i] : 0.0f; }
+        for (int e = 0; e < E; ++e) { int i = int(lane) + 32 * e; v[e] = (i < N) ? float(xr[i]) : 0.0f; }
     }
     float ss = 0.0f;
     for (int e = 0; e < E; ++e) ss += v[e] * v[e];
@@ -225,7 +225,7 @@ _Q_METAL = r"""
         }
         words[size_t(row) * W + w] = word;
     }
-    if (lane == 0) norms[row] = nrm;
+    if (lane == 0) norms[row] = half(nrm);
 """
 
 _D_METAL = r"""
@@ -241,13 +241,15 @@ _D_METAL = r"""
 """
 
 # %% ../nbs/02_packing.ipynb #c41a3d43
+_GPU_API = []   # the GPU's custom-kernel API, found once per process (the device and MLX_KVQ_FUSED are read at every call)
+
 def kernel_backend():
     "'cuda' or 'metal' when the default device is a GPU with that custom-kernel API, else None (set MLX_KVQ_FUSED=0 to force None)"
-    import os
     if os.environ.get("MLX_KVQ_FUSED", "1") == "0" or mx.default_device().type != mx.DeviceType.gpu: return None
-    if mx.metal.is_available() and hasattr(mx.fast, "metal_kernel"): return "metal"
-    if mx.cuda.is_available() and hasattr(mx.fast, "cuda_kernel"): return "cuda"
-    return None
+    if not _GPU_API:
+        _GPU_API.append("metal" if mx.metal.is_available() and hasattr(mx.fast, "metal_kernel") else
+                        "cuda" if mx.cuda.is_available() and hasattr(mx.fast, "cuda_kernel") else None)
+    return _GPU_API[0]
 
 _KERNELS = {}
 def _kernel(backend, op):
@@ -273,22 +275,32 @@ def _rows(rows):
     if key not in _CONST: _CONST[key] = (None, mx.array([rows], dtype=mx.int32))
     return _CONST[key][1]
 
+_QLAUNCH = {}
+def _q_launch(shape, rotation, codebook, backend):
+    "The fixed arguments of one quantize launch (kernel, constant inputs, template, grid), built once per configuration"
+    key = (shape, id(rotation), id(codebook), backend)
+    got = _QLAUNCH.get(key)
+    if got is None:
+        if len(_QLAUNCH) > 4096: _QLAUNCH.clear()      # prefill chunks of many lengths: keep it bounded
+        n, bits = shape[-1], codebook.bits
+        lead = shape[:-1]; rows = math.prod(lead); W = packed_words(n, bits)
+        rotate = rotation.path == "hadamard" and rotation.m == 1 and 32 <= n
+        E = n // 32 if rotate else -(-n // 32)
+        got = _QLAUNCH[key] = (rotation, codebook, rotate, dict(   # rotation and codebook kept alive: their ids stay theirs
+            template=[("N", n), ("BITS", bits), ("W", W), ("E", E), ("ROTATE", rotate), ("WARPS", _WARPS)],
+            grid=(-(-rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+            output_shapes=[(*lead, W), (*lead, 1)], output_dtypes=[mx.uint32, mx.float16]),
+            [rotation.signs if rotate else mx.ones((1,), dtype=mx.float32), _scaled(codebook, n, 'boundaries'), _rows(rows)])
+    return got
+
 def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
-    "Fused quantize-and-pack on `backend` ('cuda' or 'metal'); same outputs as `quantize_pack_ref`"
-    n, bits = x.shape[-1], codebook.bits
-    if n > MAX_FUSED_DIM: raise ValueError(f"fused kernels take dim <= {MAX_FUSED_DIM}, got {n}")
-    lead = x.shape[:-1]; rows = math.prod(lead); W = packed_words(n, bits)
-    rotate = rotation.path == "hadamard" and rotation.m == 1 and 32 <= n
-    if rotate: y, signs = x.astype(mx.float32), rotation.signs
-    else: y, signs = rotation.forward(x), mx.ones((1,), dtype=mx.float32)
-    bnd = _scaled(codebook, n, 'boundaries')
-    E = n // 32 if rotate else -(-n // 32)
-    words, norms = _kernel(backend, "q")(
-        inputs=[y.reshape(rows, n), signs, bnd, _rows(rows)],
-        template=[("N", n), ("BITS", bits), ("W", W), ("E", E), ("ROTATE", rotate), ("WARPS", _WARPS)],
-        grid=(-(-rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
-        output_shapes=[(rows, W), (rows,)], output_dtypes=[mx.uint32, mx.float32])
-    return words.reshape(*lead, W), norms.reshape(*lead, 1).astype(mx.float16)
+    """Fused quantize-and-pack on `backend` ('cuda' or 'metal'); same outputs as `quantize_pack_ref`. The kernel reads `x`
+    in its own dtype and writes the float16 norms and the output shapes itself: one operation per call, which is what a
+    decode step pays per side and layer."""
+    if x.shape[-1] > MAX_FUSED_DIM: raise ValueError(f"fused kernels take dim <= {MAX_FUSED_DIM}, got {x.shape[-1]}")
+    _, _, rotate, launch, consts = _q_launch(x.shape, rotation, codebook, backend)
+    y = x if rotate else rotation.forward(x)
+    return _kernel(backend, "q")(inputs=[y, *consts], **launch)
 
 def fused_dequantize_unpack(words, norms, codebook, n, backend="cuda"):
     "Fused unpack-and-dequantize on `backend`; same output as `dequantize_unpack_ref`"
@@ -417,12 +429,21 @@ def _guard(op, backend):
                                          dequantize_unpack_ref, _d_class, _agree_dequantize)
     return _GUARDS[key]
 
+_QREADY = {}
 def quantize_pack(x, rotation, codebook):
     "Quantize x (..., n): (words uint32 (..., packed_words(n, bits)), norms float16 (..., 1)); fused kernel when verified"
-    _check_x(x, rotation); codebook_scale(codebook, x.shape[-1])
     backend = kernel_backend()
+    if backend is not None and isinstance(x, mx.array):     # inputs like these were checked and the kernel verified: launch it
+        got = _QREADY.get((x.shape, x.dtype, id(rotation), id(codebook), backend))
+        if got is not None and got[0] is rotation and got[1] is codebook: return fused_quantize_pack(x, rotation, codebook, backend)
+    _check_x(x, rotation); codebook_scale(codebook, x.shape[-1])
     if backend is None or x.shape[-1] > MAX_FUSED_DIM or x.size == 0: return quantize_pack_ref(x, rotation, codebook)
-    return _guard("q", backend)(x, rotation, codebook)
+    guard = _guard("q", backend)
+    out = guard(x, rotation, codebook)
+    if guard.state.get(_q_class(x, rotation, codebook)) is True:
+        if len(_QREADY) > 4096: _QREADY.clear()
+        _QREADY[(x.shape, x.dtype, id(rotation), id(codebook), backend)] = (rotation, codebook)
+    return out
 
 def dequantize_unpack(words, norms, codebook, n):
     "Decode (words, norms) to float32 (..., n) in the rotated space (norm * centroid[code]); fused kernel when verified"

@@ -87,6 +87,12 @@ class CodecKVCache(_BaseCache):
         if self.offset == 0:
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         n = keys.shape[-2]
+        if (not self.window and self.offset >= self.quantized_kv_start and self.tail_keys is not None
+                and self.tail_keys.shape[-2] == 0 and self._n_sink() >= self.sink):
+            # every token is quantized at once (no window, sink full, tail emptied): what the general path below does, without its slices
+            self.offset += n
+            self._append_quantized(keys, values)
+            return self._fetch()
         take = min(self.sink - self._n_sink(), n)
         if take > 0:
             self.sink_keys = _cat(self.sink_keys, keys[..., :take, :])
@@ -103,10 +109,9 @@ class CodecKVCache(_BaseCache):
         return self._fetch()
 
     def _fetch(self):
-        qk = None if not self.n_quantized else tuple(p[..., :self.n_quantized, :] for p in self.keys)
-        qv = None if not self.n_quantized else tuple(p[..., :self.n_quantized, :] for p in self.values)
-        return (CachedSide(self.k_codec, self.sink_keys, qk, self.tail_keys),
-                CachedSide(self.v_codec, self.sink_values, qv, self.tail_values))
+        n = self.n_quantized
+        return (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
+                CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
         "Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache)"

@@ -22,6 +22,8 @@ PRE = r"""
 #include <thread>
 #include <vector>
 #include <memory>
+#include <algorithm>
+using std::min; using std::max;
 struct float4 { float x, y, z, w; };
 struct uint4 { uint32_t x, y, z, w; };
 struct uint2 { uint32_t x, y; };
@@ -104,17 +106,30 @@ def _strip(src):
     "The kernel body without the backend prelude (its #defines)"
     return '\n'.join(l for l in src.split('\n') if not l.startswith('#define'))
 
-def compile_kernel(source, ins, outs):
+CUDA_NAMES = r"""
+struct kvq_dim3 { int x, y, z; };
+#define threadIdx (kvq_dim3{g_tid, 0, 0})
+#define blockIdx (kvq_dim3{g_bx, g_by, 0})
+#define blockDim (kvq_dim3{g_nt, 1, 1})
+#define __shared__ static
+#define __syncwarp() g_wbar[g_tid >> 5]->arrive_and_wait()
+#define __shfl_xor_sync(m, v, o) kvq_shfl((v), (o))
+#define __float2half_rn(x) ((float)(kvq_half)(x))
+"""
+
+def compile_kernel(source, ins, outs, head=""):
     """A CPU build of a kernel body: `ins` are (name, C type) in MLX's order (a `NAME_strides` argument follows an input
-    whose strides the source reads), `outs` the output names (float). Returns launch(arrays..., outputs..., gx, gy, nthreads)."""
-    src = _strip(source)
+    whose strides the source reads), `outs` the output names (float) or (name, C type). `head` goes at the top of the
+    body (template constants). Returns launch(arrays..., outputs..., gx, gy, nthreads)."""
+    src = head + _strip(source)
+    outs = [(o, 'float') if isinstance(o, str) else o for o in outs]
     params, args, cparams = [], [], []
     for n, ty in ins:
         params.append(f'const {ty}* {n}'); cparams.append(f'const {ty}* {n}'); args.append(n)
         if n + '_strides' in src:
             params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
-    params += [f'float* {n}' for n in outs]; cparams += [f'float* {n}' for n in outs]; args += list(outs)
-    code = PRE + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
+    params += [f'{ty}* {n}' for n, ty in outs]; cparams += [f'{ty}* {n}' for n, ty in outs]; args += [n for n, _ in outs]
+    code = PRE + CUDA_NAMES + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
     code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
     code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new std::barrier<>(32));
@@ -143,6 +158,29 @@ def compile_kernel(source, ins, outs):
         for o in outputs: cargs.append(o.ctypes.data_as(ctypes.c_void_p))
         lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
     return launch
+
+_CTYPES = {'uint32': 'uint32_t', 'int32': 'int32_t', 'float32': 'float', 'float16': 'float', 'bfloat16': 'float'}
+_NPTYPES = {'uint32_t': np.uint32, 'int32_t': np.int32, 'float': np.float32}
+
+def _ctype(dtype): return _CTYPES[str(dtype).split('.')[-1]]
+
+def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True, shared_memory=0):
+    """Stand-in for `mx.fast.cuda_kernel` that runs the kernel here, eagerly: inputs as numpy (half precision read as
+    float32, which the emulated kernels compute in anyway), template constants as MLX writes them (`constexpr` lines),
+    half-precision outputs rounded from float32 as the device's conversion rounds. Lets the host code that launches the
+    kernels (argument order, grids, shapes, strides) run unchanged on a machine without a GPU."""
+    def call(*, inputs, grid, threadgroup, output_shapes, output_dtypes, template=(), init_value=None, verbose=False, stream=None):
+        arrs = [np.array(x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x) for x in inputs]
+        if ensure_row_contiguous: arrs = [np.ascontiguousarray(a) for a in arrs]
+        head = ''.join(f"constexpr bool {k} = {'true' if v else 'false'};\n" if isinstance(v, bool) else
+                       f"constexpr int {k} = {v};\n" if isinstance(v, int) else f"using {k} = {_ctype(v)};\n" for k, v in template)
+        ins = [(n, _ctype(x.dtype)) for n, x in zip(input_names, inputs)]
+        outs = [(n, _ctype(d)) for n, d in zip(output_names, output_dtypes)]
+        launch = compile_kernel(header + source, ins, outs, head)
+        res = [np.zeros(sh, _NPTYPES[t]) for sh, (_, t) in zip(output_shapes, outs)]
+        launch(arrs, res, -(-grid[0] // threadgroup[0]), grid[1], threadgroup[0])
+        return [mx.array(r).astype(d) for r, d in zip(res, output_dtypes)]
+    return call
 
 def _decode_inputs(kplan, vplan, qprep):
     ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]

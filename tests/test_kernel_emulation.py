@@ -84,3 +84,47 @@ def test_metal_layout(case):
     "The Metal source (value partials summed by warp shuffles first, for 32 KB of threadgroup memory) computes the same"
     name, kc, vc, B, Hkv, G, D, n = case
     assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
+
+@pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16')])
+def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
+    """A cache's decode steps exactly as a GPU runs them, with `mx.fast.cuda_kernel` standing in for the emulator: the
+    quantize kernel (turbo: model dtype in, float16 norms out) and the decode + combine kernels launched by the memoized
+    launcher that decode steps take once the first one was verified. Each step's output matches the reference attention
+    over the same stored codes, the stored codes match the reference quantizer, and the launcher served the later steps."""
+    import warnings
+    import mlx.core as mx
+    import numpy as np
+    from mlx_kvq import attention as A, packing as P
+    from mlx_kvq.codecs import AffineCodec, codec_attention
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.turboquant import TurboQuantKVCache
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
+    for mod in (A, P): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
+    for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK'): monkeypatch.setattr(A, nm, {})
+    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH'): monkeypatch.setattr(P, nm, {})
+    served = []
+    orig_fast = A._fast_final
+    monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
+    dt = getattr(mx, dtype)
+    B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
+    cache = TurboQuantKVCache(4, 4) if scheme == 'turbo:4' else CodecKVCache(AffineCodec(8), AffineCodec(4))
+    mx.random.seed(3)
+    ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')          # a fused kernel refused by its first-use check warns: fail here instead
+        cache.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
+        for t in range(n0, n0 + steps):
+            k, v = cache.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+            q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)
+            out = cache.attend(q, k, v, scale=D ** -0.5)
+            ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
+            assert out.dtype == dt and out.shape == ref.shape
+            err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
+            assert err <= (2e-3 if dt == mx.float16 else 1e-3), (scheme, dtype, t, err)
+    assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
+    if scheme == 'turbo:4':                      # codes written by the emulated quantize kernel = the reference quantizer's
+        ref_w, ref_n = P.quantize_pack_ref(ks, cache.k_codec.rotation, cache.k_codec.codebook)
+        w, nrm = cache.keys[0][..., :n0 + steps, :], cache.keys[1][..., :n0 + steps, :]
+        assert nrm.dtype == mx.float16 and mx.array_equal(nrm, ref_n).item()
+        same = (P.unpack_ref(w, 4, D) == P.unpack_ref(ref_w, 4, D)).astype(mx.float32).mean().item()
+        assert same > 0.999, same

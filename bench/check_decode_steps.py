@@ -1,0 +1,70 @@
+"""Decode steps through a cache exactly as a model runs them (update_and_fetch, then the cache's attention), checked step by
+step against the reference attention over the same stored codes, on the GPU. The first step of a configuration goes
+through the first-use check of the fused kernels; the later ones through the memoized launcher (`attention._fast_final`),
+which this script confirms served them.
+
+    python3 bench/check_decode_steps.py [--out DIR]
+"""
+import argparse, json, sys, time, warnings
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from mlx_kvq import attention as A
+from mlx_kvq.codecs import AffineCodec, codec_attention
+from mlx_kvq.qcache import CodecKVCache
+from mlx_kvq.turboquant import TurboQuantKVCache
+
+CACHES = {'turbo:4': lambda: TurboQuantKVCache(4, 4), 'turbo:3': lambda: TurboQuantKVCache(3, 3),
+          'turbo:4,2': lambda: TurboQuantKVCache(4, 2), 'affine:4': lambda: CodecKVCache(AffineCodec(4), AffineCodec(4)),
+          'affine:8,4': lambda: CodecKVCache(AffineCodec(8), AffineCodec(4))}
+
+
+def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
+    served = []
+    orig = A._fast_final
+    A._fast_final = lambda *a: served.append(orig(*a)) or served[-1]
+    try:
+        mx.random.seed(seed)
+        c = CACHES[scheme]()
+        ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dtype), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dtype)
+        c.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
+        worst = 0.0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for t in range(n0, n0 + steps):
+                k, v = c.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+                q = mx.random.normal((B, Hkv * G, 1, D)).astype(dtype)
+                out = c.attend(q, k, v, scale=D ** -0.5)
+                ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
+                worst = max(worst, (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item())
+        n_served = sum(s is not None for s in served)
+        tol = 2e-3 if dtype != mx.float32 else 1e-3
+        ok = worst <= tol and n_served == steps - 1 and not caught
+        return dict(scheme=scheme, B=B, Hkv=Hkv, G=G, D=D, n=n0, dtype=str(dtype).split('.')[-1], err=worst,
+                    launcher_steps=n_served, warnings=[str(w.message)[:200] for w in caught], ok=ok)
+    finally:
+        A._fast_final = orig
+
+
+def main():
+    p = argparse.ArgumentParser(); p.add_argument("--out", default=None); a = p.parse_args()
+    rows = []
+    print(f"check_decode_steps: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for scheme in CACHES:
+        for (B, Hkv, G, D, n0, dt) in ((1, 8, 4, 64, 3000, mx.float16), (2, 8, 4, 128, 1500, mx.float16), (1, 1, 4, 256, 700, mx.bfloat16),
+                                       (1, 4, 8, 128, 5000, mx.float32), (1, 2, 16, 128, 900, mx.float16)):
+            if scheme.startswith('affine') and D % 64: continue
+            r = run(scheme, B, Hkv, G, D, n0, dt)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    bad = [r for r in rows if not r['ok']]
+    print(f"decode steps: {len(rows) - len(bad)}/{len(rows)} configurations ok")
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "check_decode_steps.json").write_text(json.dumps(rows, indent=1))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__": main()

@@ -1,0 +1,110 @@
+"""Where a whole-model decode step's time goes, per cache scheme: host graph building vs execution, and what the
+cache's update and attention each cost (ablations that skip one of them; timing only, their tokens are not meaningful).
+
+    python3 bench/decode_step_profile.py --shape llama-3.2-1b --context 32768 --kv fp16 turbo:4 affine:4 --out DIR
+
+Per scheme, with every cache layer filled to --context (as `mlx-kvq bench --whole-model`):
+- `pipelined`: tokens/s of mlx-lm's generate_step (graph of step n+1 built while step n runs);
+- `build ms`: Python time to build one step's graph (model call + argmax, nothing evaluated);
+- `sync ms`: one step built and evaluated before the next starts (no overlap);
+- `no attend` / `no update`: pipelined tokens/s with the caches' attention replaced by returning the queries, or with
+  `update_and_fetch` returning the already-filled cache unchanged (no encode, no write);
+- a cProfile of the build (16 more steps, top functions by own time) for the compressed schemes, written to DIR.
+"""
+import argparse, cProfile, io, json, os, platform, pstats, sys, time
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.generate import generate_step
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
+from mlx_kvq.integrate import probe_kv_shapes
+
+
+def filled(model, scheme, context, dtype, shapes, seed=0):
+    caches = bench_caches(model, _bench_scheme(scheme))
+    fetched = [_fill(c, shapes[str(i)][1][:3], context, dtype, seed + 7919 * i) for i, c in enumerate(caches)]
+    return caches, fetched
+
+
+def pipelined(model, caches, steps, warmup=3):
+    gen = generate_step(mx.array([1]), model, prompt_cache=caches, max_tokens=warmup + steps)
+    for _ in range(warmup): next(gen)
+    t0 = time.perf_counter()
+    for _ in range(steps): next(gen)
+    dt = time.perf_counter() - t0
+    for _ in gen: pass
+    return steps / dt
+
+
+def build_and_sync(model, caches, steps, prof=None):
+    y = mx.array([[1]])
+    build = sync = 0.0
+    for i in range(steps):
+        t0 = time.perf_counter()
+        if prof: prof.enable()
+        logits = model(y, cache=caches)
+        nxt = mx.argmax(logits[:, -1, :], axis=-1, keepdims=True)
+        if prof: prof.disable()
+        t1 = time.perf_counter()
+        mx.eval(nxt)
+        t2 = time.perf_counter()
+        build += t1 - t0; sync += t2 - t0
+        y = nxt
+    return 1e3 * build / steps, 1e3 * sync / steps
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="llama-3.2-1b")
+    p.add_argument("--context", type=int, nargs="+", default=[32768])
+    p.add_argument("--kv", nargs="+", default=["fp16", "turbo:4", "affine:4", "affine:8,4"])
+    p.add_argument("--steps", type=int, default=48)
+    p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--out", default="/tmp/decode_step_profile")
+    a = p.parse_args()
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
+    model = shape_model(a.shape, dtype)
+    shapes = probe_kv_shapes(model)
+    head = (f"{a.shape} (random weights), {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, MLX {mx.__version__} "
+            f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(head, flush=True)
+    rows = []
+    for context in a.context:
+        for kv in a.kv:
+            caches, fetched = filled(model, kv, context, dtype, shapes)
+            r = dict(context=context, scheme=kv, pipelined=pipelined(model, caches, a.steps))
+            r["build_ms"], r["sync_ms"] = build_and_sync(model, caches, a.steps)
+            prof = cProfile.Profile() if kv != "fp16" else None
+            if prof:
+                build_and_sync(model, caches, 16, prof)
+                s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+                (out / f"profile_{context}_{kv.replace(':', '_').replace(',', '_')}.txt").write_text(s.getvalue())
+            del caches, fetched; mx.clear_cache()
+            if not a.no_ablations:
+                caches, fetched = filled(model, kv, context, dtype, shapes)
+                for c, f in zip(caches, fetched): c.update_and_fetch = (lambda f: lambda k, v: f)(f)
+                r["no_update"] = pipelined(model, caches, a.steps)
+                del caches, fetched; mx.clear_cache()
+                if kv != "fp16":
+                    caches, fetched = filled(model, kv, context, dtype, shapes)
+                    for c in caches: c.attend = lambda q, k, v, **kw: q
+                    r["no_attend"] = pipelined(model, caches, a.steps)
+                    del caches, fetched; mx.clear_cache()
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    md = [f"# Decode step profile: {head}", "", f"Command: `python3 bench/decode_step_profile.py {' '.join(sys.argv[1:])}`", "",
+          "| context | scheme | pipelined tok/s | build ms | sync ms | no update tok/s | no attend tok/s |",
+          "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    f = lambda v, s: "-" if v is None else format(v, s)
+    for r in rows:
+        md.append(f"| {r['context']:,} | {r['scheme']} | {r['pipelined']:.1f} | {r['build_ms']:.2f} | {r['sync_ms']:.2f} | "
+                  f"{f(r.get('no_update'), '.1f')} | {f(r.get('no_attend'), '.1f')} |")
+    (out / "decode_step_profile.md").write_text("\n".join(md) + "\n")
+    (out / "decode_step_profile.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
+    print("\n".join(md))
+
+
+if __name__ == "__main__": main()
