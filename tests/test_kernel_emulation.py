@@ -85,7 +85,7 @@ def test_metal_layout(case):
     name, kc, vc, B, Hkv, G, D, n = case
     assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
 
-@pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16')])
+@pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16'), ('turbo:3', 'bfloat16')])
 def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     """A cache's decode steps exactly as a GPU runs them, with `mx.fast.cuda_kernel` standing in for the emulator: the
     quantize kernel (turbo: model dtype in, float16 norms out) and the decode + combine kernels launched by the memoized
@@ -107,7 +107,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     dt = getattr(mx, dtype)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
-    cache = TurboQuantKVCache(4, 4) if scheme == 'turbo:4' else CodecKVCache(AffineCodec(8), AffineCodec(4))
+    cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
     mx.random.seed(3)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt)
     with warnings.catch_warnings():
@@ -120,11 +120,12 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
             assert out.dtype == dt and out.shape == ref.shape
             err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
-            assert err <= (2e-3 if dt == mx.float16 else 1e-3), (scheme, dtype, t, err)
+            assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
-    if scheme == 'turbo:4':                      # codes written by the emulated quantize kernel = the reference quantizer's
+    if scheme.startswith('turbo'):               # codes written by the emulated quantize kernel = the reference quantizer's
         ref_w, ref_n = P.quantize_pack_ref(ks, cache.k_codec.rotation, cache.k_codec.codebook)
         w, nrm = cache.keys[0][..., :n0 + steps, :], cache.keys[1][..., :n0 + steps, :]
         assert nrm.dtype == mx.float16 and mx.array_equal(nrm, ref_n).item()
-        same = (P.unpack_ref(w, 4, D) == P.unpack_ref(ref_w, 4, D)).astype(mx.float32).mean().item()
+        b = cache.k_codec.bits
+        same = (P.unpack_ref(w, b, D) == P.unpack_ref(ref_w, b, D)).astype(mx.float32).mean().item()
         assert same > 0.999, same
