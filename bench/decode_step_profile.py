@@ -55,6 +55,31 @@ def build_and_sync(model, caches, steps, prof=None):
     return 1e3 * build / steps, 1e3 * sync / steps
 
 
+def rounds(a, model, shapes, dtype, head, out):
+    "Every scheme timed once per round, in turn, R rounds: the GPU host's drift between runs cancels in the per-round ratios"
+    import statistics as st
+    md = [f"# Whole-model decode, schemes in turn: {head}", "", f"Command: `python3 bench/decode_step_profile.py {' '.join(sys.argv[1:])}`", "",
+          f"{a.rounds} rounds; each round times every scheme once ({a.steps} pipelined steps after 3 warm-up, mlx-lm's generate_step), "
+          "in the order given; vs fp16 is the median of the per-round ratios.", "",
+          "| context | scheme | median tok/s | min-max | vs fp16 (median) | ratio min-max |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    res = []
+    for context in a.context:
+        sets = {kv: filled(model, kv, context, dtype, shapes)[0] for kv in a.kv}
+        tps = {kv: [] for kv in a.kv}
+        for r in range(a.rounds):
+            for kv in a.kv: tps[kv].append(pipelined(model, sets[kv], a.steps))
+            print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()})), flush=True)
+        for kv in a.kv:
+            rat = [x / f for x, f in zip(tps[kv], tps.get("fp16", tps[kv]))]
+            res.append(dict(context=context, scheme=kv, tps=tps[kv], ratios=rat))
+            md.append(f"| {context:,} | {kv} | {st.median(tps[kv]):.1f} | {min(tps[kv]):.1f}-{max(tps[kv]):.1f} | "
+                      f"{st.median(rat):.2f}x | {min(rat):.2f}-{max(rat):.2f} |")
+        del sets; mx.clear_cache()
+    (out / "decode_rounds.md").write_text("\n".join(md) + "\n")
+    (out / "decode_rounds.json").write_text(json.dumps(dict(header=head, rows=res), indent=1))
+    print("\n".join(md))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="llama-3.2-1b")
@@ -62,6 +87,9 @@ def main():
     p.add_argument("--kv", nargs="+", default=["fp16", "turbo:4", "affine:4", "affine:8,4"])
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="instead of the profile: fill every scheme's caches, then R rounds each timing every scheme once in turn "
+                        "(pipelined tok/s); medians and per-round ratios to fp16")
     p.add_argument("--out", default="/tmp/decode_step_profile")
     a = p.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
@@ -71,6 +99,7 @@ def main():
     head = (f"{a.shape} (random weights), {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, MLX {mx.__version__} "
             f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(head, flush=True)
+    if a.rounds: return rounds(a, model, shapes, dtype, head, out)
     rows = []
     for context in a.context:
         for kv in a.kv:
