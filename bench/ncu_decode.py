@@ -1,0 +1,37 @@
+"""One layer's decode attention at N tokens, run a few times, for Nsight Compute to profile one launch of the fused decode
+kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu there):
+
+    ncu --kernel-name regex:mlx_kvq_decode_[0-9a-f] --launch-skip 4 --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis --section InstructionStats python3 bench/ncu_decode.py turbo:4 131072
+    ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
+
+32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape).
+"""
+import sys
+from pathlib import Path
+import mlx.core as mx
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.qcache import CodecKVCache
+from mlx_kvq.turboquant import TurboQuantKVCache
+
+scheme, n = sys.argv[1], int(sys.argv[2])
+B, Hkv, G, D = 1, 8, 4, 128
+dt = mx.float16
+q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)
+if scheme == "fp16":
+    k, v = mx.random.normal((B, Hkv, n, D)).astype(dt), mx.random.normal((B, Hkv, n, D)).astype(dt)
+    for _ in range(6): mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5))
+else:
+    bits = [int(b) for b in scheme.split(":")[1].split(",")]
+    kb, vb = bits[0], bits[-1]
+    c = TurboQuantKVCache(kb, vb) if scheme.startswith("turbo") else CodecKVCache(AffineCodec(kb), AffineCodec(vb))
+    for s in range(0, n - 1, 8192):
+        m = min(8192, n - 1 - s)
+        c.update_and_fetch(mx.random.normal((B, Hkv, m, D)).astype(dt), mx.random.normal((B, Hkv, m, D)).astype(dt))
+        mx.eval(c.keys, c.values)
+    ks, vs = c.update_and_fetch(mx.random.normal((B, Hkv, 1, D)).astype(dt), mx.random.normal((B, Hkv, 1, D)).astype(dt))
+    for _ in range(8): mx.eval(c.attend(q, ks, vs, scale=D ** -0.5))
+print("done", scheme, n)
