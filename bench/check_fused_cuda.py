@@ -189,15 +189,15 @@ AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_M
 def set_variant(v):
     "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS, NST) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
-    AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH = False, None, False, False, 1
+    AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH, AK.LB = False, None, False, False, 1, 0
     if v[0] == 'mma':
         AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS, AK.NST = True, v[1], v[1], v[2], v[3], v[4]
-        for k, x in (v[5:6] or [()])[0]: setattr(AK, k, x)
-    else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:]
-    A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
+    else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:5]
+    for k, x in (v[5:6] or [()])[0]: setattr(AK, k, x)
+    A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear(); A._LAUNCHERS.clear()
 
-VARIANTS = [('simt', 1, 4, 1024, 600), ('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, (('PCH', 2),)), ('mma', 1, 1024, 900, 0, (('PCH', 4),)),
-            ('mma', 1, 512, 1800, 0, (('PCH', 4),)), ('mma', 1, 256, 3600, 0, (('PCH', 8),)), ('mma', 1, 1024, 900, 0, (('PCH', 2), ('SCAL', True)))]
+VARIANTS = [('simt', 1, 4, 1024, 600), ('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, (('LB', 7),)), ('mma', 1, 1024, 900, 0, (('LB', 8),)),
+            ('mma', 1, 1024, 1056, 0, (('LB', 8),)), ('mma', 1, 1024, 900, 0, (('LB', 6),)), ('simt', 1, 4, 1024, 600, (('LB', 8),))]
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
         'mma = tensor-core kernel TP/CH_MAX/BLOCKS/NST; simt = SIMT kernel U/UV/CH_MAX/BLOCKS')

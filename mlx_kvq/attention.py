@@ -14,7 +14,7 @@ from .packing import GuardedKernel, kernel_backend, lookup_decode
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
@@ -247,8 +247,8 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False):
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
-        name = 'mlx_kvq_decode_' + hashlib.sha1(src.encode()).hexdigest()[:16]
-        _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'], source=src, ensure_row_contiguous=False), ins)
+        name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
+        _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'], source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
 
 def _get_combine(backend, finish):
