@@ -91,9 +91,10 @@ def main():
                    help="instead of the profile: fill every scheme's caches, then R rounds each timing every scheme once in turn "
                         "(pipelined tok/s); medians and per-round ratios to fp16")
     p.add_argument("--out", default="/tmp/decode_step_profile")
+    p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default=None, help="model dtype (default: float16 on a GPU, float32 on the CPU)")
     a = p.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
+    dtype = getattr(mx, a.dtype) if a.dtype else mx.float16 if mx.default_device() == mx.gpu else mx.float32
     model = shape_model(a.shape, dtype)
     shapes = probe_kv_shapes(model)
     head = (f"{a.shape} (random weights), {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, MLX {mx.__version__} "
