@@ -204,8 +204,23 @@ def _decoded_bytes(keys, values, D, dtype):
     B, H, L, _ = keys.shape
     return 2 * B * H * L * D * dtype.size
 
+def _rotated_past(side, dtype):
+    "A turbo side's every token in its codec's rotated space: exact segments rotated (few tokens), stored codes decoded without the inverse rotation"
+    rot, xs = side.codec.rotation, []
+    if side.head is not None and side.head.shape[-2]: xs.append(rot.forward(side.head).astype(dtype))
+    if side.n_quantized: xs.append(side.codec.decode_rotated(side.parts, dtype))
+    if side.tail is not None and side.tail.shape[-2]: xs.append(rot.forward(side.tail).astype(dtype))
+    return xs[0] if len(xs) == 1 else mx.concatenate(xs, axis=-2)
+
 def _prefill_sdpa(queries, keys, values, scale, mask, sinks):
-    "Several query tokens on a GPU: decode this layer's past once (fused unpack kernels) and run the fused SDPA over it"
+    """Several query tokens on a GPU: decode this layer's past once (fused unpack kernels) and run the fused SDPA over it.
+    Turbo sides stay in their rotated spaces (queries rotated by the keys' rotation, the output rotated back by the
+    values'): scores and weighted sums are the same, and the past is never rotated back token by token."""
+    if type(keys.codec) is TurboCodec and type(values.codec) is TurboCodec and keys.n_quantized:
+        q = keys.codec.rotation.forward(queries).astype(queries.dtype)
+        out = mx.fast.scaled_dot_product_attention(q, _rotated_past(keys, queries.dtype), _rotated_past(values, queries.dtype),
+                                                   scale=scale, mask=mask, sinks=sinks)
+        return values.codec.rotation.inverse(out).astype(queries.dtype)
     k, v = keys.dequantize(queries.dtype), values.dequantize(queries.dtype)
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask, sinks=sinks)
 
