@@ -309,6 +309,12 @@ def _scalar(x):
     if x not in _SCALARS: _SCALARS[x] = mx.array([x], dtype=mx.float32)
     return _SCALARS[x]
 
+def _mask_input(mask, B, n):
+    "The decode kernels' `mask` input: additive float32 (B, n), or a placeholder when there is no mask"
+    if mask is None: return _meta(0)
+    mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
+    return mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
+
 def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, scale=None, half=None):
     "Launch the decode kernel; q is (B, Hkv, G, 1, D) prepared, or the raw queries when `qprep` ('plain' / 'rot')"
     B, Hkv, G, D = q.shape[0], kparts[0].shape[1], q.shape[1] // kparts[0].shape[1] if qprep else q.shape[2], q.shape[-1]
@@ -322,10 +328,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
     VDP = 32 * sum(_side_layout(vplan)[0])
     half = q.dtype != mx.float32 if half is None else half
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
-    if mask is not None:
-        mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
-        mk = mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
-    else: mk = _meta(0)
+    mk = _mask_input(mask, B, n)
     meta = mx.array((n, S, Hkv, CH, mask is not None, VDP, R * G, G), dtype=mx.int32)   # per call: n changes every step
     val = dict(q=mx.contiguous(qcat), ktab=_tables(kplan), vtab=_tables(vplan), mask=mk, meta=meta)
     if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _signs(kplan)
@@ -350,15 +353,8 @@ def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, b
     return m, l, _finish_values(vplan, outs, l)
 
 def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, backend='cuda'):
-    "Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels"
-    B, Hq, _, D = queries.shape
-    o, ml, meta, _, (B, Hkv, G, R, VDP) = _run_decode(queries, kplan, vplan, kparts, vparts, mask, n, backend, _finish_kind(kplan), scale)
-    fin = _finish_kind(vplan)
-    extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
-    out, _ = _get_combine(backend, fin)(inputs=[o, ml, meta, *extra], grid=(R * G * _combine_threads(VDP), 1, 1), threadgroup=(_combine_threads(VDP), 1, 1),
-                                        output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[queries.dtype, mx.float32],
-                                        template=[('T', queries.dtype)])
-    return out.reshape(B, Hq, 1, VDP)
+    "Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the configuration's launcher)"
+    return _final_launcher(queries, kplan, vplan, kparts, scale, backend)[1](queries, kparts, vparts, n, mask)
 
 def _fused_ok(queries, keys, values, kplan, vplan, mask, sinks):
     "Whether `fused_decode` serves this call: one quantized segment, no sinks, codecs the kernels finish themselves"
@@ -415,10 +411,21 @@ def _guard(backend):
                                          _quantized_partial_mlx, _decode_class, _agree_partial)
     return _GUARDS[backend]
 
-_LAUNCHERS = {}
+_LAUNCHERS = {}      # verified launchers by (query shape and dtype, codecs, scale, backend, variant): what `_fast_final` reads
+_FINAL_RUNS = {}     # launchers by configuration (plans kept alive with them, so their ids stay theirs)
+
 def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
-    """`fused_decode` without a mask for calls shaped like this one, everything that does not depend on the token count
-    prepared once: a decode step then builds the step's `meta` and the two kernel launches, nothing else"""
+    """((B, Hkv, G), run(q, kparts, vparts, n, mask=None)) launching `fused_decode`'s two kernels for calls shaped like this
+    one: everything that does not depend on the token count or the mask is prepared once per configuration, so a decode
+    step builds its `meta` and the two launches, nothing else"""
+    key = (id(kplan), id(vplan), queries.shape, queries.dtype, kparts[0].shape[:2], scale, backend, _variant())
+    got = _FINAL_RUNS.get(key)
+    if got is None:
+        if len(_FINAL_RUNS) > 1024: _FINAL_RUNS.clear()
+        got = _FINAL_RUNS[key] = (kplan, vplan, *_make_final_launcher(queries, kplan, vplan, kparts, scale, backend))
+    return got[2:]
+
+def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = _finish_kind(kplan), _finish_kind(vplan)
     half = queries.dtype != mx.float32
@@ -427,19 +434,20 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
     comb, ct = _get_combine(backend, fin), _combine_threads(VDP)
     extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), max(1, _AK.PCH)
-    const = dict(ktab=_tables(kplan), vtab=_tables(vplan), mask=_meta(0),
+    const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan))
     slot = {}
     for side, plan in ((0, kplan), (1, vplan)):
         for i, b in enumerate(plan.bands):
             slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
             if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
-    order = [(0, None) if nm == 'q' else (1, None) if nm == 'meta' else (2, const[nm]) if nm in const else (3, slot[nm]) for nm in names]
-    def run(q, kp, vp, n):
+    order = [(0, None) if nm == 'q' else (1, None) if nm == 'meta' else (4, None) if nm == 'mask' else (2, const[nm]) if nm in const
+             else (3, slot[nm]) for nm in names]
+    def run(q, kp, vp, n, mask=None):
         CH = _chunk(n, R, G); S = -(-n // CH)
-        meta = mx.array((n, S, Hkv, CH, 0, VDP, R * G, G), dtype=mx.int32)
-        sides = (kp, vp)
-        ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
+        meta = mx.array((n, S, Hkv, CH, mask is not None, VDP, R * G, G), dtype=mx.int32)
+        sides, mk = (kp, vp), _mask_input(mask, B, n)
+        ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
         o, ml = kernel(inputs=ins, grid=((-(-S // pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),

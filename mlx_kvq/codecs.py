@@ -121,8 +121,9 @@ class AffineCodec(Codec):
 # %% ../nbs/02a_codecs.ipynb #a0882d91
 class CachedSide:
     """What a quantized cache returns for one side: exact prefix, quantized parts, exact suffix. With `n`, `parts` are the
-    cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when read, and
-    the decode kernels read the storage itself (`storage`), so a decode step makes no slice."""
+    cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when first read,
+    and the decode kernels read the storage itself (`storage`), so a decode step makes no slice. Like the arrays mlx-lm's
+    caches return, it is for the attention of the same step: read after the cache changed, it shows the changed storage."""
     def __init__(self, codec, head=None, parts=None, tail=None, n=None):
         self.codec, self.head, self.tail = codec, head, tail
         self.storage, self._n = parts, n
@@ -131,8 +132,6 @@ class CachedSide:
     def parts(self):
         if self._parts is None and self.storage: self._parts = tuple(p[..., :self._n, :] for p in self.storage)
         return self._parts
-    @parts.setter
-    def parts(self, v): self.storage, self._n, self._parts = v, None, v
     def _len(self, x, axis=-2): return 0 if x is None else x.shape[axis]
     @property
     def n_quantized(self):

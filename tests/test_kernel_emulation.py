@@ -122,6 +122,13 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
+    # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
+    kp, vp = A.side_plan(cache.k_codec, D), A.side_plan(cache.v_codec, D)
+    n = k.n_quantized
+    full = A._full_mask(mx.random.uniform(shape=(B, 1, 1, n)) > 0.3, B, Hkv, G, 1, n)
+    out = A.fused_decode(q, kp, vp, k.parts, v.parts, full, n, D ** -0.5)
+    ref = A._final_reference(q, kp, vp, k.parts, v.parts, full, n, D ** -0.5)
+    assert A._agree_final(out, ref) is None, A._agree_final(out, ref)
     if scheme.startswith('turbo'):               # codes written by the emulated quantize kernel = the reference quantizer's
         ref_w, ref_n = P.quantize_pack_ref(ks, cache.k_codec.rotation, cache.k_codec.codebook)
         w, nrm = cache.keys[0][..., :n0 + steps, :], cache.keys[1][..., :n0 + steps, :]
