@@ -184,20 +184,24 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
 contexts = [int(x) for x in args.contexts.split(',')]
 
 from mlx_kvq import attention_kernels as _AK
-AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS)
+AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP)
 
 def set_variant(v):
     "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS, NST) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
     AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH, AK.LB = False, None, False, False, 1, 0
+    AK.LEAN, AK.PF, AK.REP = False, AK_DEFAULT['PF'], AK_DEFAULT['REP']   # lean loops only where a variant names them
     if v[0] == 'mma':
         AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS, AK.NST = True, v[1], v[1], v[2], v[3], v[4]
     else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:5]
     for k, x in (v[5:6] or [()])[0]: setattr(AK, k, x)
     A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear(); A._LAUNCHERS.clear()
 
-VARIANTS = [('simt', 1, 4, 1024, 600), ('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, (('LB', 7),)), ('mma', 1, 1024, 900, 0, (('LB', 8),)),
-            ('mma', 1, 1024, 1056, 0, (('LB', 8),)), ('mma', 1, 1024, 900, 0, (('LB', 6),)), ('simt', 1, 4, 1024, 600, (('LB', 8),))]
+LEANV = (('LEAN', True),)
+VARIANTS = [('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, LEANV), ('mma', 1, 1024, 900, 0, LEANV + (('PCH', 2),)),
+            ('mma', 1, 1024, 900, 0, LEANV + (('_DIAG', 'noload'),)), ('mma', 1, 1024, 900, 0, LEANV + (('PCH', 2), ('_DIAG', 'noload'))),
+            ('mma', 1, 1024, 900, 0, (('_DIAG', 'noload'),))]
+if os.environ.get('KVQ_VARIANTS'): VARIANTS = eval(os.environ['KVQ_VARIANTS'])
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
         'mma = tensor-core kernel TP/CH_MAX/BLOCKS/NST; simt = SIMT kernel U/UV/CH_MAX/BLOCKS')
@@ -239,7 +243,7 @@ if 'variants' in only:
                 row.append(f'{t * 1e3:.3f} ({t16 / t:.2f}x)')
             log(f'{"/".join(map(str, var))} | ' + ' | '.join(row) + f' | {max(errs):.1e}')
         # where the time goes (default variant): the decode kernel alone, decode + combine, and reading the packed bytes once
-        set_variant(('mma', AK_DEFAULT['TP'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS'], AK_DEFAULT['NST']) if AK_DEFAULT['MMA'] else ('simt', AK_DEFAULT['U'], AK_DEFAULT['UV'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']))
+        set_variant(('mma', AK_DEFAULT['TP'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS'], AK_DEFAULT['NST'], (('LEAN', AK_DEFAULT['LEAN']),)) if AK_DEFAULT['MMA'] else ('simt', AK_DEFAULT['U'], AK_DEFAULT['UV'], AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS']))
         for name, ins in ins_by.items():
             q0, ks, vs = ins[0]
             kp, vp = A.side_plan(ks.codec, D), A.side_plan(vs.codec, D)

@@ -6,7 +6,8 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
         --section MemoryWorkloadAnalysis --section InstructionStats python3 bench/ncu_decode.py turbo:4 131072
     ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
 
-32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape).
+32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape). Arguments after N set kernel knobs of
+`attention_kernels` (e.g. `LEAN=False PCH=2`).
 """
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 
 scheme, n = sys.argv[1], int(sys.argv[2])
+from mlx_kvq import attention_kernels as AK
+for kv in sys.argv[3:]:              # kernel knobs, e.g. LEAN=False PCH=2
+    k, v = kv.split('='); setattr(AK, k, eval(v))
 B, Hkv, G, D = 1, 8, 4, 128
 dt = mx.float16
 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)

@@ -8,7 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST',
+           'LEAN', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -397,7 +398,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -439,6 +440,9 @@ _MMA_PRELUDE = r"""
 #define KVQ_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 #define KVQ_SYNCWARP() __syncwarp()
 #define KVQ_GX ((int)gridDim.x)
+#define KVQ_SPTR unsigned
+#define KVQ_SADDR(p) ((unsigned)__cvta_generic_to_shared(p))
+#define KVQ_LDS32(x, a) asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(a))
 """
 
 def _uses_mma(kplan, vplan, G, backend, half=True):
@@ -532,9 +536,12 @@ def _raw_loads(raw, ok, n_words, st3, vec, full=False):
                 {scalar}
                 }}"""
 
-def _pair(b, tab, toff, lut, loff, arr, off, out):
-    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits) or two in the code table"
-    if b.bits <= 4: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
+def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None):
+    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits; lean loops: `lut` a shared address, `rep` copies of each entry) or two in the code table"
+    if b.bits <= 4:
+        if rep is None: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
+        fld = f"KVQ_PRMT({arr}[{off >> 5}], 0u, {0x4440 + ((off & 31) >> 3):#x})" if b.bits == 4 else _field(arr, off, 2 * b.bits)
+        return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff} + {fld} * {4 * rep});"
     v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]" if b.table is not None else f"(float){_field(arr, o, b.bits)}"
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
 
@@ -760,6 +767,7 @@ def _mma_source(kplan, vplan, G, qprep=None):
     nsc = _scal_size(kplan, vplan, G, ns, pitch)
     _SCS.clear()
     if nsc: _SCS.update({sd: (_scal_layout(pl)[1], _scal_layout(pl)[0], [b.table is None for b in pl.bands]) for sd, pl in (('k', kplan), ('v', vplan))})
+    if LEAN and _lean_ok(kplan, vplan): return _lean_body(kplan, vplan, G, qprep)
     try: return _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc)
     finally: _SCS.clear()
 
@@ -809,3 +817,255 @@ def _mma_shared_bytes(kplan, vplan, G):
     KNS, VNS = sum(_side_layout(kplan)[0]), sum(_side_layout(vplan)[0])
     return 4 * (KNS * (32 * G + 4) + _chmax(G) * G + G * 32 * VNS + 2 * G + _luts(kplan)[1] + _luts(vplan)[1]
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
+
+# %% ../nbs/03a_attention_kernels.ipynb #1ea4c0de
+LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
+PF = True                # lean loops: each warp's loads of its next tile issued before it computes the current one (software pipelining)
+REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
+
+def _lean_ok(kplan, vplan):
+    "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word"
+    return all(8 * _nslices(b.n) * b.bits % 32 == 0 for b in kplan.bands)
+
+def _lut_shared(kplan, vplan):
+    "Whether keys and values can read one pair table: the same kind and bands (bits, size: the tables follow from them), every band <= 4 bits"
+    sig = lambda p: [(b.bits, b.n, b.table is None) for b in p.bands]
+    return kplan.kind == vplan.kind and sig(kplan) == sig(vplan) and all(b.bits <= 4 for b in kplan.bands)
+
+def _lean_rep(kplan, vplan, G):
+    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (at most REP)"
+    KL, VL = _luts(kplan)[1], _luts(vplan)[1]
+    L = KL if _lut_shared(kplan, vplan) else KL + VL
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1])
+    rep = max(1, REP)
+    while rep > 1 and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
+    return rep
+
+def _lean_rows(kplan, vplan):
+    "Source: each band's row of words and of scalars for this block's (batch, head), and their token strides as ints, once"
+    out = []
+    for sd, plan in (('k', kplan), ('v', vplan)):
+        for i, b in enumerate(plan.bands):
+            nm = [f'{sd}w{i}', f'{sd}g{i}'] + ([f'{sd}z{i}'] if b.bias is not None else [])
+            for x in nm:
+                out.append(f"const KVQ_DEV auto* {x}_row = {x} + b * {x}_strides[0] + h * {x}_strides[1]; const int {x}_s2 = (int){x}_strides[2];")
+            if b.table is None: out.append(f"const int {sd}g{i}_s3 = (int){sd}g{i}_strides[3], {sd}z{i}_s3 = (int){sd}z{i}_strides[3];")
+    return '\n    '.join(out)
+
+def _lean_range(side, i, b, name, tok, start, nbits, declare=True):
+    "Source: `name[]` = the `nbits` bits of band i's codes of token `tok` from bit `start` (the row's words contiguous), funnel-shifted to bit 0; a word past the band read only where the band ends inside the range"
+    W = -(-nbits // 32); aligned = nbits % 32 == 0; raw = W if aligned else W + 1
+    padded = (32 * _nslices(b.n) * b.bits) // 32 > b.n_words      # threads' ranges run past the band's words
+    loads = []
+    for e in range(raw):
+        guard = padded or (not aligned and e == raw - 1)
+        loads.append(f"raw[{e}] = (uint32_t)(({tok}) * 2654435761u) ^ {e * 40503}u;" if _DIAG == 'noload' else
+                     f"raw[{e}] = {f'w0 + {e} < {b.n_words} ? ' if guard else ''}wp[{e}]{' : 0u' if guard else ''};")
+    src = (f"uint32_t {name}[{W}];\n            " if declare else "") + f"""{{
+                const int s0 = {start}, w0 = s0 >> 5;
+                const KVQ_DEV uint32_t* wp = {side}w{i}_row + (unsigned)({tok} * {side}w{i}_s2 + w0);
+                uint32_t raw[{raw}];
+                {' '.join(loads)}"""
+    if aligned: src += f"""
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
+    else: src += f"""
+                const int sh = s0 & 31;
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
+    return src + "\n            }"
+
+def _lean_sc(side, i, tok, grp=None):
+    "Source: band i's per-token scalar (`g` norm / scale, `z` bias) of token `tok` (group `grp` for affine), as float"
+    if grp is None: return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2)]"
+    return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3)]"
+
+def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of):
+    """The loads of one tile for a thread: (declarations, load statements with suffix placeholder `@`): each band's words
+    `y<t><i>@[]` of the tokens `toks` (name -> token expression) and their scalars as floats (`g<t><i>@`; affine:
+    `s<t><i>_<j>@`, `z<t><i>_<j>@` per group j)"""
+    sl = _side_layout(plan)[0]
+    decl, load = [], []
+    for i, b in enumerate(plan.bands):
+        W = -(-nbits_of(i, b) // 32)
+        for t, tok in toks.items():
+            decl.append(f"uint32_t y{t}{i}@[{W}];")
+            load.append(_lean_range(side, i, b, f"y{t}{i}@", tok, start(i, b), nbits_of(i, b), declare=False))
+            if b.table is not None:
+                decl.append(f"float g{t}{i}@;"); load.append(f"g{t}{i}@ = {_lean_sc(side, i, tok)('g')};")
+            else:
+                for j, grp in enumerate(grp_of(i, b)):
+                    sc = _lean_sc(side, i, tok, grp)
+                    decl.append(f"float s{t}{i}_{j}@, z{t}{i}_{j}@;"); load.append(f"s{t}{i}_{j}@ = {sc('g')}; z{t}{i}_{j}@ = {sc('z')};")
+    return decl, load
+
+def _lean_pipeline(decl, load, tokset, next_tokset):
+    "Source pieces of a tile loop whose loads run one tile ahead (PF) or in the tile: (before the loop, at the loop's top)"
+    cur = lambda xs: '\n            '.join(x.replace('@', '') for x in xs)
+    if not PF: return '', tokset + '\n            ' + cur(decl) + '\n            ' + cur(load)
+    nxt = lambda xs: '\n            '.join(x.replace('@', 'n') for x in xs)
+    copies = []
+    for d in decl:
+        for nm in [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]:
+            if '[' in nm:
+                base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
+                copies.append(f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}n[e];")
+            else: copies.append(f"const float {nm.replace('@', '')} = {nm.replace('@', 'n')};")
+    before = nxt(decl) + '\n        {\n            ' + next_tokset.replace('TB', 'warp * 16') + '\n            ' + nxt(load) + '\n        }'
+    top = tokset + '\n            ' + '\n            '.join(copies) + '\n            {\n            ' + next_tokset.replace('TB', 'tb + 64') + '\n            ' + nxt(load) + '\n            }'
+    return before, top
+
+def _lean_keys(kplan, G, rep):
+    "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
+    ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
+    qfr = []
+    kb = 0
+    for i, b in enumerate(kplan.bands):
+        ns = ksl[i]; R = 8 * ns
+        for m in range(2 * ns):
+            d = f"{32 * kfirst[i]} + {R} * tig + {4 * m}"
+            q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
+            qfr.append(_split(q(0), q(1), f"qh{kb}a", f"ql{kb}a") + "\n            " + _split(q(2), q(3), f"qh{kb}b", f"ql{kb}b"))
+            kb += 1
+    R_of = lambda i: 8 * ksl[i]
+    grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
+    decl, load = _lean_tile_loads('k', kplan, {'a': 'na', 'b': 'nb'}, lambda i, b: f"{R_of(i) * b.bits} * tig", lambda i, b: R_of(i) * b.bits, grp_of)
+    bands, kb = [], 0
+    for i, b in enumerate(kplan.bands):
+        ns = ksl[i]; R = 8 * ns; aff = b.table is None
+        body = []
+        if aff:
+            for j in range(len(grp_of(i, b))):
+                for t in 'ab':
+                    body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
+        body.append("{ float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};")
+        for m in range(2 * ns):
+            regs = []
+            for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
+                regs.append(_pair(b, 'ktab_s', ktoff[i], 'klr', kloff[i], f"{arr}{i}", (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
+                if aff:
+                    j = (4 * m) // b.group_size if R > b.group_size else 0
+                    regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, s{arr[1]}{j}, z{arr[1]}{j});")
+            suf = 'f' if aff else ''
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
+                        f" KVQ_MMA(c, a, qh{kb}a, qh{kb}b); KVQ_MMA(c, a, ql{kb}a, ql{kb}b); }}")
+            kb += 1
+        if aff: body.append("  sacc[0] += c[0]; sacc[1] += c[1]; sacc[2] += c[2]; sacc[3] += c[3]; }")
+        else: body.append(f"  sacc[0] += ga{i} * c[0]; sacc[1] += ga{i} * c[1]; sacc[2] += gb{i} * c[2]; sacc[3] += gb{i} * c[3]; }}")
+        bands.append("{\n            " + "\n            ".join(body) + "\n        }")
+    tokset = """const int ta = tb + gid;
+            const bool oka = ta < NV, okb = ta + 8 < NV;"""
+    nts = "const int na = t0 + min(TB + gid, NV - 1), nb = t0 + min(TB + gid + 8, NV - 1);"
+    before, top = _lean_pipeline(decl, load, tokset + ("" if PF else "\n            " + nts.replace('TB', 'tb')), nts)
+    return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
+        {chr(10).join('    ' + x for x in qfr).strip()}
+        {before}
+        for (int tb = warp * 16; tb < NV; tb += 64) {{
+            {top}
+            float sacc[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+            {chr(10).join('        ' + x for x in bands).strip()}
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int t = ta + (e >> 1) * 8, g = 2 * tig + (e & 1);
+                if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;
+            }}
+        }}
+        for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token
+    }}
+    KVQ_SYNC();
+"""
+
+def _lean_values(vplan, G, rep):
+    "Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates (weights of tokens past the chunk are 0)"
+    vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
+    VNS = sum(vsl)
+    Rv_of = lambda i: 4 * vsl[i]
+    grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
+    decl, load = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of)
+    bands, acc_out = [], []
+    MT = 0
+    for i, b in enumerate(vplan.bands):
+        ns = vsl[i]; Rv = 4 * ns; aff = b.table is None
+        body = []
+        if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
+        else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
+        body.append("  " + _split('x0', 'x1', 'bh0', 'bl0')); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1'))
+        if aff:
+            for e in range(4):
+                body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
+        for mt in range(2 * ns):
+            regs = []
+            for e in range(4):
+                regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep))
+                if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
+            f = 'f' if aff else ''
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
+                        f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1); KVQ_MMA(acc[{MT}], a, bl0, bl1); }}")
+            acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
+            MT += 1
+        body.append("}")
+        bands.append("{\n                " + "\n                ".join(body) + "\n            }")
+    tokset = """const int tq = tb + 4 * tig;
+            float p[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) p[e] = gid < G ? sc[(tq + e) * G + gid] : 0.0f;   // 0 past the last token (softmax of -inf)"""
+    nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
+    before, top = _lean_pipeline(decl, load, tokset + ("" if PF else "\n            " + nts.replace('TB', 'tb')), nts)
+    return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
+        float acc[{MT}][4];
+        for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
+        {before}
+        for (int tb = warp * 16; tb < NV; tb += 64) {{
+            {top}
+            {chr(10).join('            ' + x for x in bands).strip()}
+        }}
+        for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
+            if (warp == w) {{
+                {chr(10).join('                ' + x for x in acc_out).strip()}
+            }}
+            KVQ_SYNC();
+        }}
+        for (int i = tid; i < G * {32 * VNS}; i += {NT}) o[((long)r * S + sp) * G * {32 * VNS} + i] = red[i];
+    }}
+"""
+
+def _lean_lut_fill(plan, toff, loffs, lut, tab, rep):
+    "Source: fill the pair tables of `plan`'s bands, `rep` copies of each entry side by side"
+    out = []
+    for i, b in enumerate(plan.bands):
+        if b.bits > 4: continue
+        M = (1 << b.bits) - 1
+        v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
+        out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; KVQ_H2(x, {v(f'e & {M}')}, {v(f'e >> {b.bits}')}); {lut}[{loffs[i] * rep} + i] = x; }}")
+    return '\n    '.join(out)
+
+def _lean_body(kplan, vplan, G, qprep):
+    "The tensor-core kernel with the lean loops"
+    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
+    KNS, VNS = sum(ksl), sum(vsl)
+    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
+    rep, share = _lean_rep(kplan, vplan, G), _lut_shared(kplan, vplan)
+    luts = f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
+    fill = _lean_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
+    if not share: fill += '\n    ' + _lean_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
+    return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
+    constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
+    const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int r = KVQ_BY;
+    const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
+    const int b = r / H, h = r - b * H;
+    KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
+    KVQ_SHARED float sc[CHMAX * G];
+    KVQ_SHARED float red[G * {32 * VNS}];
+    KVQ_SHARED float stat[2 * G];
+    {luts}
+    const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
+    const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));
+    {_lean_rows(kplan, vplan)}
+{_qload(kplan, vplan, G, qprep)}    {fill}
+    KVQ_SYNC();
+    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (PCH)
+    const int t0 = sp * CH, NV = min(CH, N - t0);
+    {_lean_keys(kplan, G, rep)}{_softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    }}
+"""

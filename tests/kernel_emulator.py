@@ -99,6 +99,9 @@ MACROS = r"""
 #define KVQ_CP_COMMIT() ((void)0)
 #define KVQ_CP_WAIT(n) ((void)0)
 #define KVQ_SYNCWARP() g_wbar[g_tid >> 5]->arrive_and_wait()
+#define KVQ_SPTR char*
+#define KVQ_SADDR(p) ((char*)(p))
+#define KVQ_LDS32(x, a) ((x) = *(const uint32_t*)(a))
 """
 _LIBS = {}
 

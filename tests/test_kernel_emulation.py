@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(not _cxx20(), reason='needs g++ with C++20 (<bar
 
 import kernel_emulator as E
 from mlx_kvq import attention_kernels as AK
+from mlx_kvq import attention as A
 
 @pytest.mark.parametrize('case', E.CASES, ids=[c[0] for c in E.CASES])
 def test_emulated_kernel_matches_reference(case):
@@ -53,16 +54,20 @@ def test_emulator_catches_a_wrong_kernel(monkeypatch):
 def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     "The tensor-core kernel's check is not vacuous either: swapping two tokens' halves in the value fragments, or one pair's codes in the key fragments, is caught"
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
-    orig_v, orig_k = AK._mma_values, AK._mma_keys
-    monkeypatch.setattr(AK, '_mma_values', lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
-    assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
-    monkeypatch.setattr(AK, '_mma_values', orig_v)
-    monkeypatch.setattr(AK, '_mma_keys', lambda *a: orig_k(*a).replace('KVQ_MMA(c, a, ql', 'KVQ_MMA(c, a, qh'))
-    assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+    for lean, vals, keys in ((False, '_mma_values', '_mma_keys'), (True, '_lean_values', '_lean_keys')):   # both token loops
+        monkeypatch.setattr(AK, 'LEAN', lean)
+        orig_v, orig_k = getattr(AK, vals), getattr(AK, keys)
+        assert E.check(kc, vc, B, Hkv, G, D, n, False) <= E.tolerance(kc, vc, G, D)
+        monkeypatch.setattr(AK, vals, lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
+        assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+        monkeypatch.setattr(AK, vals, orig_v)
+        monkeypatch.setattr(AK, keys, lambda *a: orig_k(*a).replace('KVQ_MMA(c, a, ql', 'KVQ_MMA(c, a, qh'))
+        assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+        monkeypatch.setattr(AK, keys, orig_k)
 
 def test_mma_variants(monkeypatch):
     "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads, staged scalars and clamped loads, 1-4 chunks per block: the same attention from the tensor-core kernel"
-    monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64)
+    monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', False)
     for tp, nst, vec, pch, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, False, 2, E.CASES[0]), (1, 3, True, 3, E.CASES[1]), (3, 0, False, 1, E.CASES[4]), (1, 0, True, 4, E.CASES[6])):
         # tiles in flight per warp, cp.async stages, vector loads (the calibrated case: 3-word ranges, scalar loads), chunks per block
         monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst); monkeypatch.setattr(AK, 'VEC', vec)
@@ -71,6 +76,15 @@ def test_mma_variants(monkeypatch):
         for staged in (False, True):   # the chunk's scalars staged in shared memory + clamped loads, or neither
             monkeypatch.setattr(AK, 'SCAL', staged); monkeypatch.setattr(AK, 'CLAMP', staged)
             assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp, staged)
+
+def test_lean_variants(monkeypatch):
+    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads one tile ahead or in the tile, 1 to 32 copies of the pair tables, 1-3 chunks per block, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
+    monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', True)
+    cases = [c for c in E.CASES if c[1] is not None]
+    for (pf, rep, pch), (name, kc, vc, B, Hkv, G, D, n) in zip(((False, 32, 1), (True, 1, 3), (True, 4, 1), (False, 32, 2), (True, 32, 1), (True, 8, 1)), cases):
+        monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'PCH', pch)
+        assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
+        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
 def test_variants(monkeypatch):
     "Two tokens per thread (U=2) and short chunks (many blocks, partial last chunk) compute the same attention (SIMT kernel)"
