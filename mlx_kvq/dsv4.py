@@ -124,6 +124,12 @@ def apply_rope(x: mx.array, inv_freq: mx.array, positions, inverse: bool = False
     return mx.concatenate([head, rot.astype(x.dtype)], axis=-1)
 
 # %% ../nbs/07_dsv4_csa.ipynb #f52cc493
+_FIRST = {}
+def _first_half(r: int) -> mx.array:
+    "(2r, 1) bool: the first r of an overlapping window's 2r pooled rows (they take the first half of the features)"
+    if r not in _FIRST: _FIRST[r] = mx.array(np.arange(2 * r) < r)[:, None]
+    return _FIRST[r]
+
 class Compressor(nn.Module):
     "Learned gated pooling of `ratio` tokens into one entry (overlapping previous+current window when ratio is 4), in float32."
     def __init__(self, hidden_size: int, head_dim: int, ratio: int, eps: float = 1e-6):
@@ -155,14 +161,16 @@ class Compressor(nn.Module):
             live = (j < n1[:, None])[..., None]
             cur = r * j[..., None] + np.arange(r)               # (B, n, r) positions of each entry's window
             ci = np.where(live, ch.source(cur, S), 0)
-            ckv, csc = take_rows(src_kv, ci), take_rows(src_sc, ci)
-            if self.overlap:
-                prev = cur - r                                  # previous window, first half of the features
-                pi = np.where(live & (prev >= 0), ch.source(prev, S), 0)
-                pkv, psc = take_rows(src_kv, pi)[..., :d], take_rows(src_sc, pi)[..., :d]
-                psc = mx.where(mx.array(prev >= 0)[..., None], psc, -mx.inf)       # entry 0 has none
-                ckv = mx.concatenate([pkv, ckv[..., d:]], axis=2)
-                csc = mx.concatenate([psc, csc[..., d:]], axis=2)
+            if self.overlap:                                    # previous window (first half of the features), then this one
+                prev = cur - r
+                ix = np.concatenate([np.where(live & (prev >= 0), ch.source(prev, S), 0), ci], axis=-1)     # (B, n, 2r)
+                gkv, gsc = take_rows(src_kv, ix), take_rows(src_sc, ix)                                    # one gather each
+                first = _first_half(r)
+                ckv, csc = mx.where(first, gkv[..., :d], gkv[..., d:]), mx.where(first, gsc[..., :d], gsc[..., d:])
+                if (prev < 0).any():                            # entry 0 has no previous window
+                    csc = csc + mx.array(np.concatenate([np.where(prev < 0, -np.inf, 0), np.zeros(cur.shape)], axis=-1)[..., None].astype(np.float32))
+            else:
+                ckv, csc = take_rows(src_kv, ci), take_rows(src_sc, ci)
             pooled = (ckv * mx.softmax(csc, axis=2, precise=True)).sum(axis=2)
             entries = apply_rope(self.norm(pooled.astype(x.dtype)), inv_freq, r * j)
         src = ch.roll_source(S)

@@ -33,8 +33,13 @@ def _fresh_codec(c: Optional[Codec]) -> Optional[Codec]:
 def take_rows(x: mx.array, idx) -> mx.array:
     "Rows `idx` (B, ...) (ints, numpy or mx) of each request's rows in `x` (B, N, W): (B, ..., W), one flat gather."
     B, N, W = x.shape
-    idx = mx.array(idx) if isinstance(idx, np.ndarray) else idx
-    flat = (idx.astype(mx.int32) + (mx.arange(B, dtype=mx.int32) * N).reshape((B,) + (1,) * (idx.ndim - 1))).reshape(-1)
+    if not isinstance(idx, mx.array):                    # host indices: the flat index is made on the host (no graph ops)
+        idx = np.asarray(idx)
+        flat = mx.array((idx + (np.arange(B) * N).reshape((B,) + (1,) * (idx.ndim - 1))).reshape(-1).astype(np.int32))
+    else:
+        flat = idx.astype(mx.int32)
+        if B > 1: flat = flat + (mx.arange(B, dtype=mx.int32) * N).reshape((B,) + (1,) * (idx.ndim - 1))
+        flat = flat.reshape(-1)
     return mx.take(x.reshape(B * N, W), flat, axis=0).reshape(*idx.shape, W)
 
 class EntryStore:

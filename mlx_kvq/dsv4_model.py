@@ -12,13 +12,14 @@ from typing import Any, Optional
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx_lm.models.switch_layers import SwitchGLU
+from mlx_lm.models.switch_layers import SwitchGLU, _gather_sort, _scatter_unsort
 from .dsv4 import ModelArgs, Attention, tiny_args, randomize
 from .dsv4_cache import SparseKVCache
 
 # %% auto #0
 __all__ = ['hc_split_sinkhorn', 'HyperConnection', 'HyperHead', 'MoEGate', 'clamped_swiglu', 'ClampedSwiGLU', 'SharedExpert',
-           'MoE', 'Block', 'DeepseekV4Model', 'Model', 'dequant_fp8', 'dequant_fp4', 'sanitize_weights']
+           'SortedSwitchGLU', 'MoE', 'Block', 'DeepseekV4Model', 'Model', 'dequant_fp8', 'dequant_fp4',
+           'sanitize_weights']
 
 # %% ../nbs/07b_dsv4_model.ipynb #4905b564
 def hc_split_sinkhorn(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float):
@@ -122,11 +123,21 @@ class SharedExpert(nn.Module):
     def __call__(self, x):
         return self.down_proj(clamped_swiglu(self.up_proj(x), self.gate_proj(x), self.limit).astype(x.dtype))
 
+class SortedSwitchGLU(SwitchGLU):
+    """mlx-lm's `SwitchGLU` with the (token, expert) pairs sorted by expert whenever there are two tokens or more (mlx-lm
+    sorts from 64 pairs on): tokens that chose the same expert are then computed together, as when a batch of requests
+    decodes one token each."""
+    def __call__(self, x, indices) -> mx.array:
+        if indices.shape[0] < 2 or indices.size >= 64: return super().__call__(x, indices)
+        x, idx, inv = _gather_sort(mx.expand_dims(x, (-2, -3)), mx.stop_gradient(indices))
+        up, gate = self.up_proj(x, idx, sorted_indices=True), self.gate_proj(x, idx, sorted_indices=True)
+        return _scatter_unsort(self.down_proj(self.activation(up, gate), idx, sorted_indices=True), inv, indices.shape).squeeze(-2)
+
 class MoE(nn.Module):
     def __init__(self, args: ModelArgs, layer_id: int):
         super().__init__()
         self.gate = MoEGate(args, layer_id)
-        self.switch_mlp = SwitchGLU(args.hidden_size, args.moe_intermediate_size, args.n_routed_experts,
+        self.switch_mlp = SortedSwitchGLU(args.hidden_size, args.moe_intermediate_size, args.n_routed_experts,
                                     activation=ClampedSwiGLU(args.swiglu_limit))
         self.shared_experts = SharedExpert(args)
 

@@ -363,8 +363,8 @@ def _agree_dequantize(out, ref, words, norms, codebook, n):
     return "disagrees with the reference"
 
 # %% ../nbs/02_packing.ipynb #e09a5802
-# codes per lookup chunk: a 16-bit view for widths that divide 16; 12-, 10-, 14-bit chunks cut from byte groups otherwise
-_LUT_CODES = {1: 16, 2: 8, 4: 4, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
+# codes per lookup chunk: a byte (4 bits) or 16-bit view for widths that divide them; 12-, 10-, 14-bit chunks cut from byte groups otherwise
+_LUT_CODES = {1: 16, 2: 8, 4: 2, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
 
 @lru_cache(maxsize=None)
 def _field_index(width, count, W):
@@ -387,19 +387,22 @@ def _chunks(words, bits, n):
     "uint32 words (.., W) -> (.., ceil(n / k)) chunk values of k = _LUT_CODES[bits] codes each (code i of a chunk in bits [i*bits, (i+1)*bits))"
     k = _LUT_CODES[bits]
     nch = -(-n // k)
-    if 16 % bits == 0: return words.view(mx.uint16)[..., :nch].astype(mx.uint32)
+    if k * bits in (8, 16):
+        v = words.view(mx.uint8 if k * bits == 8 else mx.uint16)
+        return v if v.shape[-1] == nch else v[..., :nch]
     return unpack_fields(words, k * bits, nch)      # 12-, 10- or 14-bit chunks: seven operations whatever their number
 
 _LUTS = {}
 def _lut(table, bits):
-    "(2**(k*bits), k // 2) uint64: the k float32 table values of every chunk value, in pairs (built once per table's values)"
+    "(2**(k*bits), k // 2) uint64 (1-D when k is 2): the k float32 table values of every chunk value, in pairs (built once per table's values)"
     t = np.asarray(table, dtype=np.float32)
     key = (bits, t.tobytes())
     if key not in _LUTS:
         k = _LUT_CODES[bits]
         v = np.arange(1 << (k * bits), dtype=np.int64)
         vals = np.ascontiguousarray(np.stack([t[(v >> (i * bits)) & ((1 << bits) - 1)] for i in range(k)], axis=-1))
-        _LUTS[key] = mx.array(vals.view(np.uint64))    # pairs of floats as one 64-bit element: a gather costs per element
+        vals = vals.view(np.uint64)                    # pairs of floats as one 64-bit element: a gather costs per element
+        _LUTS[key] = mx.array(vals[:, 0] if vals.shape[1] == 1 else vals)
     return _LUTS[key]
 
 def lookup_decode(words, table, bits, n):
@@ -409,8 +412,13 @@ def lookup_decode(words, table, bits, n):
         raise ValueError(f"{n} codes of {bits} bits take uint32 words (..., {W}), got {words.dtype} {tuple(words.shape)}")
     if len(table) != 1 << bits: raise ValueError(f"a {bits}-bit code table has {1 << bits} values, got {len(table)}")
     ch = _chunks(words, bits, n)
-    vals = mx.take(_lut(table, bits), ch, axis=0).view(mx.float32)
-    return vals.reshape(*ch.shape[:-1], ch.shape[-1] * _LUT_CODES[bits])[..., :n]
+    lut, flat = _lut(table, bits), ch.reshape(-1)
+    if lut.ndim == 1: vals = mx.take_along_axis(lut, flat, axis=0)                         # one element per chunk
+    elif lut.shape[1] <= 4: vals = mx.take_along_axis(lut, mx.broadcast_to(flat[:, None], (flat.size, lut.shape[1])), axis=0)
+    else: vals = mx.take(lut, flat, axis=0)                                                # 1 bit: rows of 8 pairs
+    m = ch.shape[-1] * _LUT_CODES[bits]
+    vals = vals.view(mx.float32).reshape(*ch.shape[:-1], m)
+    return vals if m == n else vals[..., :n]
 
 def dequantize_unpack_lut(words, norms, codebook, n):
     "`dequantize_unpack_ref`'s values through `lookup_decode`: norm * centroid[code], float32 (..., n)"
