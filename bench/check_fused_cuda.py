@@ -184,13 +184,13 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
 contexts = [int(x) for x in args.contexts.split(',')]
 
 from mlx_kvq import attention_kernels as _AK
-AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP)
+AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP, LPCH=_AK.LPCH, KACC=_AK.KACC)
 
 def set_variant(v):
     "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS, NST) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
     AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH, AK.LB = False, None, False, False, 1, 0
-    AK.LEAN, AK.PF, AK.REP = False, AK_DEFAULT['PF'], AK_DEFAULT['REP']   # lean loops only where a variant names them
+    AK.LEAN, AK.PF, AK.REP, AK.LPCH, AK.KACC = False, AK_DEFAULT['PF'], AK_DEFAULT['REP'], AK_DEFAULT['LPCH'], AK_DEFAULT['KACC']   # lean loops only where a variant names them
     if v[0] == 'mma':
         AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS, AK.NST = True, v[1], v[1], v[2], v[3], v[4]
     else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:5]
@@ -198,9 +198,12 @@ def set_variant(v):
     A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear(); A._LAUNCHERS.clear()
 
 LEANV = (('LEAN', True),)
-VARIANTS = [('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, LEANV), ('mma', 1, 1024, 900, 0, LEANV + (('PCH', 2),)),
-            ('mma', 1, 1024, 900, 0, LEANV + (('_DIAG', 'noload'),)), ('mma', 1, 1024, 900, 0, LEANV + (('PCH', 2), ('_DIAG', 'noload'))),
-            ('mma', 1, 1024, 900, 0, (('_DIAG', 'noload'),))]
+L6 = LEANV + (('LB', 6),)
+P2 = LEANV + (('PCH', 2),)
+VARIANTS = [('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, P2 + (('PF', 1), ('LB', 6))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 1), ('LB', 4))),
+            ('mma', 1, 1024, 900, 0, P2 + (('PF', 2), ('LB', 4))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 3), ('LB', 4))),
+            ('mma', 1, 1024, 900, 0, LEANV + (('PF', 2), ('LB', 4))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 2), ('LB', 0))),
+            ('mma', 1, 1024, 900, 0, P2 + (('PF', 0), ('LB', 6))), ('mma', 1, 512, 900, 0, LEANV + (('PCH', 4), ('PF', 2), ('LB', 4)))]
 if os.environ.get('KVQ_VARIANTS'): VARIANTS = eval(os.environ['KVQ_VARIANTS'])
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '

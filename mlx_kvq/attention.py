@@ -433,7 +433,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     VDP = 32 * sum(_side_layout(vplan)[0])
     comb, ct = _get_combine(backend, fin), _combine_threads(VDP)
     extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
-    mma, pch = _uses_mma(kplan, vplan, G, backend, half), max(1, _AK.PCH)
+    mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan))
     slot = {}

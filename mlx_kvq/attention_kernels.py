@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST',
-           'LEAN', 'PF', 'REP']
+           'LEAN', 'KACC', 'LPCH', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -398,7 +398,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -443,6 +443,9 @@ _MMA_PRELUDE = r"""
 #define KVQ_SPTR unsigned
 #define KVQ_SADDR(p) ((unsigned)__cvta_generic_to_shared(p))
 #define KVQ_LDS32(x, a) asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(a))
+#define KVQ_LDG1(x, p) asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(x) : "l"(p))
+#define KVQ_LDG2(x, y, p) asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p))
+#define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
 """
 
 def _uses_mma(kplan, vplan, G, backend, half=True):
@@ -450,8 +453,12 @@ def _uses_mma(kplan, vplan, G, backend, half=True):
     return backend == 'cuda' and half and MMA and _mma_ok(kplan, vplan, G)
 
 def _grid_x(S, kplan, vplan, G, backend, half=True):
-    "Thread blocks along the chunks: one per chunk (SIMT), or each serving PCH chunks (tensor-core kernel)"
-    return -(-S // max(1, PCH)) if _uses_mma(kplan, vplan, G, backend, half) else S
+    "Thread blocks along the chunks: one per chunk (SIMT), or each serving `_per_block` chunks (tensor-core kernel)"
+    return -(-S // _per_block(kplan, vplan, G, backend, half)) if _uses_mma(kplan, vplan, G, backend, half) else S
+
+def _per_block(kplan, vplan, G, backend, half=True):
+    "Chunks each block of the tensor-core kernel serves in turn: LPCH with the lean loops, else PCH"
+    return max(1, LPCH if LEAN and _lean_ok(kplan, vplan) else PCH)
 
 def _mma_ok(kplan, vplan, G):
     "Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8 slices (a thread's codes then stay in one group); calibrated codecs of 4 bits or more"
@@ -820,7 +827,9 @@ def _mma_shared_bytes(kplan, vplan, G):
 
 # %% ../nbs/03a_attention_kernels.ipynb #1ea4c0de
 LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
-PF = True                # lean loops: each warp's loads of its next tile issued before it computes the current one (software pipelining)
+KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
+LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
+PF = 1                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
 def _lean_ok(kplan, vplan):
@@ -857,10 +866,13 @@ def _lean_range(side, i, b, name, tok, start, nbits, declare=True):
     W = -(-nbits // 32); aligned = nbits % 32 == 0; raw = W if aligned else W + 1
     padded = (32 * _nslices(b.n) * b.bits) // 32 > b.n_words      # threads' ranges run past the band's words
     loads = []
-    for e in range(raw):
+    V = 4 if W % 4 == 0 and b.n_words % 4 == 0 else 2 if W % 2 == 0 and b.n_words % 2 == 0 else 1   # vector width: rows and ranges aligned to it
+    for e in range(0, raw, V if aligned and not padded else 1):
         guard = padded or (not aligned and e == raw - 1)
-        loads.append(f"raw[{e}] = (uint32_t)(({tok}) * 2654435761u) ^ {e * 40503}u;" if _DIAG == 'noload' else
-                     f"raw[{e}] = {f'w0 + {e} < {b.n_words} ? ' if guard else ''}wp[{e}]{' : 0u' if guard else ''};")
+        if _DIAG == 'noload': loads.append(f"raw[{e}] = (uint32_t)(({tok}) * 2654435761u) ^ {e * 40503}u;")
+        elif aligned and not padded and V > 1: loads.append(f"KVQ_LDG{V}({', '.join(f'raw[{e + k}]' for k in range(V))}, wp + {e});")
+        elif guard: loads.append(f"if (w0 + {e} < {b.n_words}) KVQ_LDG1(raw[{e}], wp + {e}); else raw[{e}] = 0u;")
+        else: loads.append(f"KVQ_LDG1(raw[{e}], wp + {e});")
     src = (f"uint32_t {name}[{W}];\n            " if declare else "") + f"""{{
                 const int s0 = {start}, w0 = s0 >> 5;
                 const KVQ_DEV uint32_t* wp = {side}w{i}_row + (unsigned)({tok} * {side}w{i}_s2 + w0);
@@ -899,21 +911,44 @@ def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of):
                     decl.append(f"float s{t}{i}_{j}@, z{t}{i}_{j}@;"); load.append(f"s{t}{i}_{j}@ = {sc('g')}; z{t}{i}_{j}@ = {sc('z')};")
     return decl, load
 
-def _lean_pipeline(decl, load, tokset, next_tokset):
-    "Source pieces of a tile loop whose loads run one tile ahead (PF) or in the tile: (before the loop, at the loop's top)"
+def _lean_loop(decl, load, tokset, nts, body):
+    """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
+    in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
+    loading those of the tile k steps on before it computes (k tiles of loads in flight per warp)"""
     cur = lambda xs: '\n            '.join(x.replace('@', '') for x in xs)
-    if not PF: return '', tokset + '\n            ' + cur(decl) + '\n            ' + cur(load)
-    nxt = lambda xs: '\n            '.join(x.replace('@', 'n') for x in xs)
-    copies = []
-    for d in decl:
-        for nm in [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]:
-            if '[' in nm:
-                base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
-                copies.append(f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}n[e];")
-            else: copies.append(f"const float {nm.replace('@', '')} = {nm.replace('@', 'n')};")
-    before = nxt(decl) + '\n        {\n            ' + next_tokset.replace('TB', 'warp * 16') + '\n            ' + nxt(load) + '\n        }'
-    top = tokset + '\n            ' + '\n            '.join(copies) + '\n            {\n            ' + next_tokset.replace('TB', 'tb + 64') + '\n            ' + nxt(load) + '\n            }'
-    return before, top
+    if not PF:
+        return f"""for (int tb = warp * 16; tb < NV; tb += 64) {{
+            {tokset}
+            {nts.replace('TB', 'tb')}
+            {cur(decl)}
+            {cur(load)}
+            {body}
+        }}"""
+    k = PF
+    buf = lambda s, xs: '\n            '.join(x.replace('@', f'p{s}') for x in xs)
+    pro = '\n        '.join(buf(s, decl) for s in range(k)) + '\n        ' + '\n        '.join(
+        f"{{ {nts.replace('TB', f'warp * 16 + {64 * s}')}\n            {buf(s, load)} }}" for s in range(k))
+    stages = []
+    for s in range(k):
+        copies = []
+        for d in decl:
+            for nm in [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]:
+                if '[' in nm:
+                    base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
+                    copies.append(f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
+                else: copies.append(f"const float {nm.replace('@', '')} = {nm.replace('@', f'p{s}')};")
+        stages.append(f"""if (tb0 + {64 * s} < NV) {{   // stage {s}: its tile's registers in use, the tile {k} steps on loaded into them
+            const int tb = tb0 + {64 * s};
+            {tokset}
+            {' '.join(copies)}
+            {{ {nts.replace('TB', f'tb + {64 * k}')}
+            {buf(s, load)} }}
+            {body}
+        }}""")
+    return f"""{pro}
+        for (int tb0 = warp * 16; tb0 < NV; tb0 += {64 * k}) {{
+            {(chr(10) + '            ').join(stages)}
+        }}"""
 
 def _lean_keys(kplan, G, rep):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
@@ -938,7 +973,7 @@ def _lean_keys(kplan, G, rep):
             for j in range(len(grp_of(i, b))):
                 for t in 'ab':
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
-        body.append("{ float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};")
+        body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
         for m in range(2 * ns):
             regs = []
             for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
@@ -948,28 +983,25 @@ def _lean_keys(kplan, G, rep):
                     regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, s{arr[1]}{j}, z{arr[1]}{j});")
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
-                        f" KVQ_MMA(c, a, qh{kb}a, qh{kb}b); KVQ_MMA(c, a, ql{kb}a, ql{kb}b); }}")
+                        f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}")
             kb += 1
-        if aff: body.append("  sacc[0] += c[0]; sacc[1] += c[1]; sacc[2] += c[2]; sacc[3] += c[3]; }")
-        else: body.append(f"  sacc[0] += ga{i} * c[0]; sacc[1] += ga{i} * c[1]; sacc[2] += gb{i} * c[2]; sacc[3] += gb{i} * c[3]; }}")
+        if KACC > 1: body.append(f"  for (int e = 0; e < 4; ++e) for (int k = 1; k < {KACC}; ++k) c[0][e] += c[k][e];")
+        if aff: body.append("  sacc[0] += c[0][0]; sacc[1] += c[0][1]; sacc[2] += c[0][2]; sacc[3] += c[0][3]; }")
+        else: body.append(f"  sacc[0] += ga{i} * c[0][0]; sacc[1] += ga{i} * c[0][1]; sacc[2] += gb{i} * c[0][2]; sacc[3] += gb{i} * c[0][3]; }}")
         bands.append("{\n            " + "\n            ".join(body) + "\n        }")
     tokset = """const int ta = tb + gid;
             const bool oka = ta < NV, okb = ta + 8 < NV;"""
     nts = "const int na = t0 + min(TB + gid, NV - 1), nb = t0 + min(TB + gid + 8, NV - 1);"
-    before, top = _lean_pipeline(decl, load, tokset + ("" if PF else "\n            " + nts.replace('TB', 'tb')), nts)
-    return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
-        {chr(10).join('    ' + x for x in qfr).strip()}
-        {before}
-        for (int tb = warp * 16; tb < NV; tb += 64) {{
-            {top}
-            float sacc[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    body = f"""float sacc[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
             {chr(10).join('        ' + x for x in bands).strip()}
             #pragma unroll
             for (int e = 0; e < 4; ++e) {{
                 const int t = ta + (e >> 1) * 8, g = 2 * tig + (e & 1);
                 if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;
-            }}
-        }}
+            }}"""
+    return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
+        {chr(10).join('    ' + x for x in qfr).strip()}
+        {_lean_loop(decl, load, tokset, nts, body)}
         for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token
     }}
     KVQ_SYNC();
@@ -1010,15 +1042,10 @@ def _lean_values(vplan, G, rep):
             #pragma unroll
             for (int e = 0; e < 4; ++e) p[e] = gid < G ? sc[(tq + e) * G + gid] : 0.0f;   // 0 past the last token (softmax of -inf)"""
     nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
-    before, top = _lean_pipeline(decl, load, tokset + ("" if PF else "\n            " + nts.replace('TB', 'tb')), nts)
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
-        {before}
-        for (int tb = warp * 16; tb < NV; tb += 64) {{
-            {top}
-            {chr(10).join('            ' + x for x in bands).strip()}
-        }}
+        {_lean_loop(decl, load, tokset, nts, chr(10).join('            ' + x for x in bands).strip())}
         for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
                 {chr(10).join('                ' + x for x in acc_out).strip()}

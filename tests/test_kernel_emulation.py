@@ -61,7 +61,7 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
         monkeypatch.setattr(AK, vals, lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
         assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
         monkeypatch.setattr(AK, vals, orig_v)
-        monkeypatch.setattr(AK, keys, lambda *a: orig_k(*a).replace('KVQ_MMA(c, a, ql', 'KVQ_MMA(c, a, qh'))
+        monkeypatch.setattr(AK, keys, lambda *a: orig_k(*a).replace(', a, ql', ', a, qh'))
         assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
         monkeypatch.setattr(AK, keys, orig_k)
 
@@ -78,11 +78,11 @@ def test_mma_variants(monkeypatch):
             assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp, staged)
 
 def test_lean_variants(monkeypatch):
-    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads one tile ahead or in the tile, 1 to 32 copies of the pair tables, 1-3 chunks per block, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
+    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead, 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', True)
     cases = [c for c in E.CASES if c[1] is not None]
-    for (pf, rep, pch), (name, kc, vc, B, Hkv, G, D, n) in zip(((False, 32, 1), (True, 1, 3), (True, 4, 1), (False, 32, 2), (True, 32, 1), (True, 8, 1)), cases):
-        monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'PCH', pch)
+    for (pf, rep, pch, kacc), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4), (1, 1, 3, 1), (2, 4, 1, 2), (3, 32, 2, 4), (2, 32, 1, 2), (1, 8, 1, 4)), cases):
+        monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'LPCH', pch); monkeypatch.setattr(AK, 'KACC', kacc)
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
