@@ -184,13 +184,13 @@ def layer_table(Hq, Hkv, D, contexts, schemes, title):
 contexts = [int(x) for x in args.contexts.split(',')]
 
 from mlx_kvq import attention_kernels as _AK
-AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP, LPCH=_AK.LPCH, KACC=_AK.KACC)
+AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP, LPCH=_AK.LPCH, KACC=_AK.KACC, STG=_AK.STG)
 
 def set_variant(v):
     "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS, NST) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
     AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH, AK.LB = False, None, False, False, 1, 0
-    AK.LEAN, AK.PF, AK.REP, AK.LPCH, AK.KACC = False, AK_DEFAULT['PF'], AK_DEFAULT['REP'], AK_DEFAULT['LPCH'], AK_DEFAULT['KACC']   # lean loops only where a variant names them
+    AK.LEAN, AK.PF, AK.REP, AK.LPCH, AK.KACC, AK.STG = False, AK_DEFAULT['PF'], AK_DEFAULT['REP'], AK_DEFAULT['LPCH'], AK_DEFAULT['KACC'], AK_DEFAULT['STG']   # lean loops only where a variant names them
     if v[0] == 'mma':
         AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS, AK.NST = True, v[1], v[1], v[2], v[3], v[4]
     else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:5]
@@ -199,11 +199,8 @@ def set_variant(v):
 
 LEANV = (('LEAN', True),)
 L6 = LEANV + (('LB', 6),)
-P2 = LEANV + (('PCH', 2),)
-VARIANTS = [('mma', 1, 1024, 900, 0), ('mma', 1, 1024, 900, 0, P2 + (('PF', 1), ('LB', 6))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 1), ('LB', 4))),
-            ('mma', 1, 1024, 900, 0, P2 + (('PF', 2), ('LB', 4))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 3), ('LB', 4))),
-            ('mma', 1, 1024, 900, 0, LEANV + (('PF', 2), ('LB', 4))), ('mma', 1, 1024, 900, 0, P2 + (('PF', 2), ('LB', 0))),
-            ('mma', 1, 1024, 900, 0, P2 + (('PF', 0), ('LB', 6))), ('mma', 1, 512, 900, 0, LEANV + (('PCH', 4), ('PF', 2), ('LB', 4)))]
+DEFAULT_LEAN = LEANV + tuple((k, AK_DEFAULT[k]) for k in ('PF', 'STG', 'LPCH', 'KACC')) + (('LB', _AK.LB),)
+VARIANTS = [('mma', 1, 1024, 900, 0, (('LB', 0),)), ('mma', 1, 1024, 900, 0, DEFAULT_LEAN)]   # the kernel before the lean loops, the default
 if os.environ.get('KVQ_VARIANTS'): VARIANTS = eval(os.environ['KVQ_VARIANTS'])
 if 'variants' in only:
     log('\n## 0. kernel variants: one layer, 32/8 heads, d128, float16, one query token; ms per call (median); '
@@ -263,8 +260,8 @@ if 'variants' in only:
     ok = [var for var in VARIANTS if not (len(var) > 5 and ('_DIAG', 'noload') in var[5]) and not any(f'variant {var}' in f for f in failures)]
     if ok:
         best = max(ok, key=lambda var: float(np.mean(vres[(var, vctx[-1])])) + 0.25 * float(np.mean(vres[(var, vctx[0])])))
-        log(f'# chosen for the sections below: {best}')
-        set_variant(best)
+        log(f'# fastest: {best}; the sections below run the default kernel {DEFAULT_LEAN}')
+        set_variant(('mma', 1, AK_DEFAULT['CH_MAX'], AK_DEFAULT['BLOCKS'], 0, DEFAULT_LEAN))
 if 'layer' in only:
     layer_table(32, 8, 128, contexts, SCHEMES, '2. decode attention')
 if 'gemma' in only:

@@ -3,7 +3,9 @@ wrapped in the signature MLX's `mx.fast.cuda_kernel` gives it (inputs, `NAME_str
 outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H200).
 
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12   # NVIDIA's wheels, no GPU needed
-    python3 bench/cuda_registers.py [--arch sm_90] [--sass]     # --sass: + pip install nvidia-cuda-cuobjdump
+    python3 bench/cuda_registers.py [--arch sm_90] [--sass] [--loops] [--set NAME=VALUE ...]
+    # --sass: + pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; --loops: the instructions of each token loop
+    # (a backward branch around tensor-core products: the tile loops); --set: kernel knobs, e.g. --set LEAN=False
 
 Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 0 bytes spilled, 35040 bytes smem`.
 Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 128 threads per block)."""
@@ -59,7 +61,21 @@ def compile_ptxas(name, source, arch, sass=False):
     env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get('PATH', ''))   # cuobjdump runs nvdisasm (nvidia-cuda-nvdisasm wheel)
     dump = subprocess.run([tool, '-sass', f'{d}/k.cubin'], capture_output=True, text=True, env=env).stdout
     ops = collections.Counter(m.split('.')[0] for m in re.findall(r'/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)', dump))
-    return res + (ops,)
+    return res + (ops, dump)
+
+def loops(dump):
+    "(first address, instructions, Counter of opcodes) of every loop of the SASS `dump` whose body holds tensor-core products (HMMA), innermost first"
+    import collections
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r'/\*([0-9a-f]{4,})\*/\s+(.*?);', dump)]
+    op = lambda t: re.sub(r'^@!?U?P\w+\s+', '', t).split()[0].split('.')[0]
+    out = []
+    for a, t in ins:
+        m = re.search(r'BRA\s+0x([0-9a-f]+)', t)
+        if m and int(m.group(1), 16) < a:
+            body = [x for x in ins if int(m.group(1), 16) <= x[0] <= a]
+            c = collections.Counter(op(x[1]) for x in body)
+            if c['HMMA']: out.append((int(m.group(1), 16), len(body), c))
+    return sorted(out, key=lambda x: x[1])
 
 def decode_inputs(kplan, vplan, qprep):
     ins = [('q', '__half' if qprep else 'float')] + [(f'kw{i}', 'uint32_t') for i in range(len(kplan.bands))] + \
@@ -75,13 +91,19 @@ CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3'
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90')
     ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
+    ap.add_argument('--loops', action='store_true', help='with --sass: the instructions of each tensor-core token loop')
+    ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
     args = ap.parse_args()
+    for kv in args.set:
+        k, v = kv.split('='); setattr(AK, k, eval(v))
     for label, kc, vc, G, D in CONFIGS:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)
         src = AK._decode_source(kp, vp, G, 'cuda', qprep)
-        got = compile_ptxas('k', wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch, args.sass)
+        got = compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch, args.sass or args.loops)
         regs, spill, smem = got[:3]
         print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
               f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")
-        if args.sass: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))
+        if args.sass or args.loops: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))
+        if args.loops:
+            for a, n, c in loops(got[4])[:2]: print(f"    loop at {a:#x}: {n} instructions; " + ', '.join(f'{k} {v}' for k, v in c.most_common(10)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST',
-           'LEAN', 'KACC', 'LPCH', 'PF', 'REP']
+           'LEAN', 'KACC', 'LPCH', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -398,7 +398,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -425,7 +425,7 @@ PCH = 1                  # chunks each block of the tensor-core kernel serves in
 SCAL = False             # the chunk's per-token scalars (norms, affine scales and biases) copied to shared memory once per chunk and side, not read from global memory per tile
 CLAMP = False            # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
-LB = 0                   # CUDA: resident blocks per SM the compiler must allow (`__launch_bounds__(128, LB)`: registers capped at 65536 / (128 LB)); 0: none
+LB = 4                   # CUDA: resident blocks per SM the compiler must allow (`__launch_bounds__(128, LB)`: registers capped at 65536 / (128 LB)); 0: none
 _DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
 
@@ -446,6 +446,7 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG1(x, p) asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(x) : "l"(p))
 #define KVQ_LDG2(x, y, p) asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p))
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
+#define KVQ_CP16(dst, src) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 """
 
 def _uses_mma(kplan, vplan, G, backend, half=True):
@@ -829,7 +830,8 @@ def _mma_shared_bytes(kplan, vplan, G):
 LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
-PF = 1                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
+STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
+PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
 def _lean_ok(kplan, vplan):
@@ -841,11 +843,28 @@ def _lut_shared(kplan, vplan):
     sig = lambda p: [(b.bits, b.n, b.table is None) for b in p.bands]
     return kplan.kind == vplan.kind and sig(kplan) == sig(vplan) and all(b.bits <= 4 for b in kplan.bands)
 
-def _lean_rep(kplan, vplan, G):
-    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (at most REP)"
+_STAGED = {}             # while a lean source is generated: side -> words per staged token row, for the sides staged through cp.async
+
+def _stage_row(plan): return plan.bands[0].n_words
+
+def _stage_sides(kplan, vplan):
+    "Sides whose tiles go through the cp.async stages (STG): single band, rows of whole 16-byte units"
+    if not STG or _DIAG: return {}
+    return {sd: _stage_row(p) for sd, p in (('k', kplan), ('v', vplan)) if len(p.bands) == 1 and p.bands[0].n_words % 4 == 0}
+
+def _stage_bytes(kplan, vplan):
+    rows = _stage_sides(kplan, vplan)
+    return 4 * _NW * STG * 16 * max(rows.values()) if rows else 0
+
+def _lean_stages(kplan, vplan):
+    "cp.async stages of the side being generated (keys: `kplan`, values: `vplan`), 0 when it is not staged"
+    return STG if ('k' if kplan is not None else 'v') in _STAGED else 0
+
+def _lean_rep(kplan, vplan, G, staged=0):
+    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async stages included; at most REP)"
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = KL if _lut_shared(kplan, vplan) else KL + VL
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1])
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) + staged
     rep = max(1, REP)
     while rep > 1 and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
     return rep
@@ -861,21 +880,25 @@ def _lean_rows(kplan, vplan):
             if b.table is None: out.append(f"const int {sd}g{i}_s3 = (int){sd}g{i}_strides[3], {sd}z{i}_s3 = (int){sd}z{i}_strides[3];")
     return '\n    '.join(out)
 
-def _lean_range(side, i, b, name, tok, start, nbits, declare=True):
-    "Source: `name[]` = the `nbits` bits of band i's codes of token `tok` from bit `start` (the row's words contiguous), funnel-shifted to bit 0; a word past the band read only where the band ends inside the range"
+def _lean_range(side, i, b, name, tok, start, nbits, declare=True, row=None):
+    "Source: `name[]` = the `nbits` bits of band i's codes of token `tok` from bit `start` (the row's words contiguous), funnel-shifted to bit 0; a word past the band read only where the band ends inside the range; from the token's staged `row` in shared memory when given"
     W = -(-nbits // 32); aligned = nbits % 32 == 0; raw = W if aligned else W + 1
     padded = (32 * _nslices(b.n) * b.bits) // 32 > b.n_words      # threads' ranges run past the band's words
     loads = []
     V = 4 if W % 4 == 0 and b.n_words % 4 == 0 else 2 if W % 2 == 0 and b.n_words % 2 == 0 else 1   # vector width: rows and ranges aligned to it
     for e in range(0, raw, V if aligned and not padded else 1):
         guard = padded or (not aligned and e == raw - 1)
-        if _DIAG == 'noload': loads.append(f"raw[{e}] = (uint32_t)(({tok}) * 2654435761u) ^ {e * 40503}u;")
+        if row is not None:
+            ty, comp = {4: ('uint4', 'xyzw'), 2: ('uint2', 'xy')}.get(V if aligned and not padded else 1, (None, None))
+            if ty: loads.append(f"{{ const {ty} v = *reinterpret_cast<const {ty}*>(wp + {e}); " + ' '.join(f"raw[{e + k}] = v.{comp[k]};" for k in range(len(comp))) + " }")
+            else: loads.append(f"raw[{e}] = {f'w0 + {e} < {b.n_words} ? ' if guard else ''}wp[{e}]{' : 0u' if guard else ''};")
+        elif _DIAG == 'noload': loads.append(f"raw[{e}] = (uint32_t)(({tok}) * 2654435761u) ^ {e * 40503}u;")
         elif aligned and not padded and V > 1: loads.append(f"KVQ_LDG{V}({', '.join(f'raw[{e + k}]' for k in range(V))}, wp + {e});")
         elif guard: loads.append(f"if (w0 + {e} < {b.n_words}) KVQ_LDG1(raw[{e}], wp + {e}); else raw[{e}] = 0u;")
         else: loads.append(f"KVQ_LDG1(raw[{e}], wp + {e});")
     src = (f"uint32_t {name}[{W}];\n            " if declare else "") + f"""{{
                 const int s0 = {start}, w0 = s0 >> 5;
-                const KVQ_DEV uint32_t* wp = {side}w{i}_row + (unsigned)({tok} * {side}w{i}_s2 + w0);
+                {f'const KVQ_DEV uint32_t* wp = {side}w{i}_row + (unsigned)({tok} * {side}w{i}_s2 + w0);' if row is None else f'const uint32_t* wp = {row} + w0;'}
                 uint32_t raw[{raw}];
                 {' '.join(loads)}"""
     if aligned: src += f"""
@@ -892,39 +915,66 @@ def _lean_sc(side, i, tok, grp=None):
     if grp is None: return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2)]"
     return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3)]"
 
-def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of):
-    """The loads of one tile for a thread: (declarations, load statements with suffix placeholder `@`): each band's words
-    `y<t><i>@[]` of the tokens `toks` (name -> token expression) and their scalars as floats (`g<t><i>@`; affine:
-    `s<t><i>_<j>@`, `z<t><i>_<j>@` per group j)"""
+def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of, rows=None):
+    """The loads of one tile for a thread: (declarations, load statements with suffix placeholder `@`, statements of the
+    tile itself): each band's words `y<t><i>@[]` of the tokens `toks` (name -> token expression) and their scalars as
+    floats (`g<t><i>@`; affine: `s<t><i>_<j>@`, `z<t><i>_<j>@` per group j); with `rows` (name -> the token's row in
+    the warp's stage), the words are read from shared memory in the tile"""
     sl = _side_layout(plan)[0]
-    decl, load = [], []
+    decl, load, tile = [], [], []
     for i, b in enumerate(plan.bands):
         W = -(-nbits_of(i, b) // 32)
         for t, tok in toks.items():
-            decl.append(f"uint32_t y{t}{i}@[{W}];")
-            load.append(_lean_range(side, i, b, f"y{t}{i}@", tok, start(i, b), nbits_of(i, b), declare=False))
+            if rows: tile.append(_lean_range(side, i, b, f"y{t}{i}", tok, start(i, b), nbits_of(i, b), row=rows[t]))
+            else:
+                decl.append(f"uint32_t y{t}{i}@[{W}];")
+                load.append(_lean_range(side, i, b, f"y{t}{i}@", tok, start(i, b), nbits_of(i, b), declare=False))
             if b.table is not None:
                 decl.append(f"float g{t}{i}@;"); load.append(f"g{t}{i}@ = {_lean_sc(side, i, tok)('g')};")
             else:
                 for j, grp in enumerate(grp_of(i, b)):
                     sc = _lean_sc(side, i, tok, grp)
                     decl.append(f"float s{t}{i}_{j}@, z{t}{i}_{j}@;"); load.append(f"s{t}{i}_{j}@ = {sc('g')}; z{t}{i}_{j}@ = {sc('z')};")
-    return decl, load
+    return decl, load, tile
 
-def _lean_loop(decl, load, tokset, nts, body):
+def _stage_copy(side, tile, slot):
+    "Source: cp.async copies (16 bytes each, the warp's lanes in turn) of the words of the 16 tokens from `tile` (clamped to the chunk's last) into this warp's stage `slot`"
+    RW = _STAGED[side]; CPR = RW // 4
+    return (f"{{ uint32_t* dst = stg + (warp * {STG} + ({slot})) * {16 * RW};\n"
+            f"                #pragma unroll\n"
+            f"                for (int i = lane; i < {16 * CPR}; i += 32) {{ const int t = i / {CPR}, c = i - t * {CPR};"
+            f" KVQ_CP16(dst + t * {RW} + 4 * c, {side}w0_row + (unsigned)((t0 + min(({tile}) + t, NV - 1)) * {side}w0_s2) + 4 * c); }} }}")
+
+def _lean_depth(decl):
+    "Tiles of loads in flight for a loop whose tile loads fill `decl`: PF, but 1 where a tile holds more than 8 words per thread (head dim 256 at 4 bits: 2 would spill under LB)"
+    words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
+    return min(PF, 1) if words > 8 else PF
+
+def _lean_loop(decl, load, tokset, nts, body, side=None, plan=None):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
     loading those of the tile k steps on before it computes (k tiles of loads in flight per warp)"""
     cur = lambda xs: '\n            '.join(x.replace('@', '') for x in xs)
-    if not PF:
-        return f"""for (int tb = warp * 16; tb < NV; tb += 64) {{
+    pre, post = '', ''
+    if side in _STAGED:   # the tile's words through the warp's cp.async stages: tile jt in slot jt % STG, copied STG - 1 tiles ahead
+        ns = STG
+        pre = '\n        '.join(f"{_stage_copy(side, f'warp * 16 + {64 * s}', s)} KVQ_CP_COMMIT();" for s in range(ns - 1))
+        body = (f"""const int jt = (tb - warp * 16) >> 6;
+            {_stage_copy(side, f'tb + {64 * (ns - 1)}', f'(jt + {ns - 1}) % {ns}')} KVQ_CP_COMMIT();
+            KVQ_CP_WAIT({ns - 1}); KVQ_SYNCWARP();
+            const uint32_t* sw = stg + (warp * {ns} + jt % {ns}) * {16 * _STAGED[side]};
+            """ + body + "\n            KVQ_SYNCWARP();")
+        post = "\n        KVQ_CP_WAIT(0); KVQ_SYNCWARP();"
+    k = _lean_depth(decl)
+    if not k:
+        return f"""{pre}
+        for (int tb = warp * 16; tb < NV; tb += 64) {{
             {tokset}
             {nts.replace('TB', 'tb')}
             {cur(decl)}
             {cur(load)}
             {body}
-        }}"""
-    k = PF
+        }}{post}"""
     buf = lambda s, xs: '\n            '.join(x.replace('@', f'p{s}') for x in xs)
     pro = '\n        '.join(buf(s, decl) for s in range(k)) + '\n        ' + '\n        '.join(
         f"{{ {nts.replace('TB', f'warp * 16 + {64 * s}')}\n            {buf(s, load)} }}" for s in range(k))
@@ -937,7 +987,7 @@ def _lean_loop(decl, load, tokset, nts, body):
                     base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
                     copies.append(f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
                 else: copies.append(f"const float {nm.replace('@', '')} = {nm.replace('@', f'p{s}')};")
-        stages.append(f"""if (tb0 + {64 * s} < NV) {{   // stage {s}: its tile's registers in use, the tile {k} steps on loaded into them
+        stages.append(f"""IF{s} {{   // stage {s}: its tile's registers in use, the tile {k} steps on loaded into them
             const int tb = tb0 + {64 * s};
             {tokset}
             {' '.join(copies)}
@@ -945,10 +995,13 @@ def _lean_loop(decl, load, tokset, nts, body):
             {buf(s, load)} }}
             {body}
         }}""")
+    st = (chr(10) + '            ').join(stages)
+    for s in range(k): st = st.replace(f'IF{s} ', f'if (tb0 + {64 * s} < NV) ')
     return f"""{pro}
+        {pre}
         for (int tb0 = warp * 16; tb0 < NV; tb0 += {64 * k}) {{
-            {(chr(10) + '            ').join(stages)}
-        }}"""
+            {st}
+        }}{post}"""
 
 def _lean_keys(kplan, G, rep):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
@@ -964,7 +1017,9 @@ def _lean_keys(kplan, G, rep):
             kb += 1
     R_of = lambda i: 8 * ksl[i]
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
-    decl, load = _lean_tile_loads('k', kplan, {'a': 'na', 'b': 'nb'}, lambda i, b: f"{R_of(i) * b.bits} * tig", lambda i, b: R_of(i) * b.bits, grp_of)
+    stg = _lean_stages(kplan, None) > 0
+    decl, load, tile = _lean_tile_loads('k', kplan, {'a': 'na', 'b': 'nb'}, lambda i, b: f"{R_of(i) * b.bits} * tig", lambda i, b: R_of(i) * b.bits, grp_of,
+                                        {'a': f"(sw + gid * {_stage_row(kplan)})", 'b': f"(sw + (gid + 8) * {_stage_row(kplan)})"} if stg else None)
     bands, kb = [], 0
     for i, b in enumerate(kplan.bands):
         ns = ksl[i]; R = 8 * ns; aff = b.table is None
@@ -992,7 +1047,8 @@ def _lean_keys(kplan, G, rep):
     tokset = """const int ta = tb + gid;
             const bool oka = ta < NV, okb = ta + 8 < NV;"""
     nts = "const int na = t0 + min(TB + gid, NV - 1), nb = t0 + min(TB + gid + 8, NV - 1);"
-    body = f"""float sacc[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    body = f"""{chr(10).join(tile)}
+            float sacc[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
             {chr(10).join('        ' + x for x in bands).strip()}
             #pragma unroll
             for (int e = 0; e < 4; ++e) {{
@@ -1001,7 +1057,7 @@ def _lean_keys(kplan, G, rep):
             }}"""
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
-        {_lean_loop(decl, load, tokset, nts, body)}
+        {_lean_loop(decl, load, tokset, nts, body, 'k', kplan)}
         for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token
     }}
     KVQ_SYNC();
@@ -1013,7 +1069,9 @@ def _lean_values(vplan, G, rep):
     VNS = sum(vsl)
     Rv_of = lambda i: 4 * vsl[i]
     grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
-    decl, load = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of)
+    stg = _lean_stages(None, vplan) > 0
+    decl, load, tile = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of,
+                                        {str(e): f"(sw + (4 * tig + {e}) * {_stage_row(vplan)})" for e in range(4)} if stg else None)
     bands, acc_out = [], []
     MT = 0
     for i, b in enumerate(vplan.bands):
@@ -1045,7 +1103,7 @@ def _lean_values(vplan, G, rep):
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
-        {_lean_loop(decl, load, tokset, nts, chr(10).join('            ' + x for x in bands).strip())}
+        {_lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v', vplan)}
         for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
                 {chr(10).join('                ' + x for x in acc_out).strip()}
@@ -1071,7 +1129,18 @@ def _lean_body(kplan, vplan, G, qprep):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
-    rep, share = _lean_rep(kplan, vplan, G), _lut_shared(kplan, vplan)
+    share = _lut_shared(kplan, vplan)
+    _STAGED.clear(); _STAGED.update(_stage_sides(kplan, vplan))
+    sb = _stage_bytes(kplan, vplan)
+    if sb and _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + sb + 4 * (KL if share else KL + VL) > _SHARED_LIMIT['cuda']: _STAGED.clear(); sb = 0
+    rep = _lean_rep(kplan, vplan, G, sb)
+    try: return _lean_source(kplan, vplan, G, qprep, rep, share)
+    finally: _STAGED.clear()
+
+def _lean_source(kplan, vplan, G, qprep, rep, share):
+    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
+    KNS, VNS = sum(ksl), sum(vsl)
+    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     luts = f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
     fill = _lean_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lean_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
@@ -1085,6 +1154,7 @@ def _lean_body(kplan, vplan, G, qprep):
     KVQ_SHARED float sc[CHMAX * G];
     KVQ_SHARED float red[G * {32 * VNS}];
     KVQ_SHARED float stat[2 * G];
+    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));

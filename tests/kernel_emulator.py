@@ -96,6 +96,7 @@ MACROS = r"""
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
 #define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
 #define KVQ_CP4(dst, src) (*(dst) = *(src))
+#define KVQ_CP16(dst, src) __builtin_memcpy((dst), (src), 16)
 #define KVQ_CP_COMMIT() ((void)0)
 #define KVQ_CP_WAIT(n) ((void)0)
 #define KVQ_SYNCWARP() g_wbar[g_tid >> 5]->arrive_and_wait()

@@ -78,11 +78,12 @@ def test_mma_variants(monkeypatch):
             assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp, staged)
 
 def test_lean_variants(monkeypatch):
-    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead, 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
+    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead, 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, tiles staged through 2-4 cp.async stages or not, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', True)
     cases = [c for c in E.CASES if c[1] is not None]
-    for (pf, rep, pch, kacc), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4), (1, 1, 3, 1), (2, 4, 1, 2), (3, 32, 2, 4), (2, 32, 1, 2), (1, 8, 1, 4)), cases):
+    for (pf, rep, pch, kacc, stg), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4, 0), (1, 1, 3, 1, 4), (2, 4, 1, 2, 3), (3, 32, 2, 4, 2), (2, 32, 1, 2, 4), (1, 8, 1, 4, 3)), cases):
         monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'LPCH', pch); monkeypatch.setattr(AK, 'KACC', kacc)
+        monkeypatch.setattr(AK, 'STG', stg)
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
