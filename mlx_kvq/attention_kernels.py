@@ -475,6 +475,17 @@ def _field(arr, off, width):
     if s + width <= 32: return f"(({arr}[{wi}] >> {s}) & {m}u)" if s else f"({arr}[{wi}] & {m}u)"
     return f"((({arr}[{wi}] >> {s}) | ({arr}[{wi + 1}] << {32 - s})) & {m}u)"
 
+def _funnel(name, W, aligned):
+    "Source: the end of a word-range load: `name[0..W)` = the `raw` words, shifted right by `s0 & 31` across word pairs where the range does not start on a word"
+    if aligned: src = f"""
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
+    else: src = f"""
+                const int sh = s0 & 31;
+                #pragma unroll
+                for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
+    return src + "\n            }"
+
 def _range_words(side, i, b, name, tok, ok, start, nbits, row=None):
     "Source: the `nbits` bits of band i's codes from bit `start` (start = per-thread multiple of nbits) of token `tok`, funnel-shifted to bit 0 of `name[]`; from global memory, or from the token's staged `row` in shared memory"
     W = -(-nbits // 32)
@@ -487,14 +498,7 @@ def _range_words(side, i, b, name, tok, ok, start, nbits, row=None):
                 const int s0 = {start}, w0 = s0 >> 5;
                 uint32_t raw[{raw}];
                 {_raw_loads(raw, 'true' if CLAMP and row is None else ok, b.n_words, st(3), row is None and aligned, b.n % 32 == 0 and CLAMP)}"""
-    if aligned: src += f"""
-                #pragma unroll
-                for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
-    else: src += f"""
-                const int sh = s0 & 31;
-                #pragma unroll
-                for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
-    return src + "\n            }"
+    return src + _funnel(name, W, aligned)
 
 def _stage_layout(plan):
     "(word offset of each band in a staged token row, words per token, row pitch in words: odd, against bank conflicts)"
@@ -560,14 +564,15 @@ def _luts(plan):
         offs.append(t); t += (1 << 2 * b.bits) if b.bits <= 4 else 0
     return offs, max(t, 1)
 
-def _lut_fill(plan, toff, loffs, lut, tab):
-    "Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves)"
+def _lut_fill(plan, toff, loffs, lut, tab, rep=None):
+    "Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side"
     out = []
     for i, b in enumerate(plan.bands):
         if b.bits > 4: continue
         M = (1 << b.bits) - 1
         v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
-        out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
+        if rep is None: out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
+        else: out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; KVQ_H2(x, {v(f'e & {M}')}, {v(f'e >> {b.bits}')}); {lut}[{loffs[i] * rep} + i] = x; }}")
     return '\n    '.join(out)
 
 _SCS = {}                # while a source is generated with SCAL: side -> (scalars per token, each band's offset)
@@ -785,11 +790,8 @@ def _scal_size(kplan, vplan, G, ns, pitch):
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
     return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
-def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
-    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
-    KNS, VNS = sum(ksl), sum(vsl)
-    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
-    stg = f"KVQ_SHARED uint32_t stg[{_NW * ns * 16 * pitch}];\n    uint32_t* const my = stg + warp * {ns * 16 * pitch};" if ns else ""
+def _mma_head(G, KNS, VNS):
+    "Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score / partial-output / softmax-statistics buffers"
     return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
@@ -800,7 +802,14 @@ def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
     KVQ_SHARED float sc[CHMAX * G];
     KVQ_SHARED float red[G * {32 * VNS}];
     KVQ_SHARED float stat[2 * G];
-    KVQ_SHARED uint32_t klut[{KL}];
+"""
+
+def _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc):
+    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
+    KNS, VNS = sum(ksl), sum(vsl)
+    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
+    stg = f"KVQ_SHARED uint32_t stg[{_NW * ns * 16 * pitch}];\n    uint32_t* const my = stg + warp * {ns * 16 * pitch};" if ns else ""
+    return _mma_head(G, KNS, VNS) + f"""    KVQ_SHARED uint32_t klut[{KL}];
     KVQ_SHARED uint32_t vlut[{VL}];
     {stg}
     {_row_bases(kplan, vplan)}
@@ -901,14 +910,7 @@ def _lean_range(side, i, b, name, tok, start, nbits, declare=True, row=None):
                 {f'const KVQ_DEV uint32_t* wp = {side}w{i}_row + (unsigned)({tok} * {side}w{i}_s2 + w0);' if row is None else f'const uint32_t* wp = {row} + w0;'}
                 uint32_t raw[{raw}];
                 {' '.join(loads)}"""
-    if aligned: src += f"""
-                #pragma unroll
-                for (int e = 0; e < {W}; ++e) {name}[e] = raw[e];"""
-    else: src += f"""
-                const int sh = s0 & 31;
-                #pragma unroll
-                for (int e = 0; e < {W}; ++e) {name}[e] = (uint32_t)(((((KVQ_U64)raw[e + 1]) << 32) | (KVQ_U64)raw[e]) >> sh);"""
-    return src + "\n            }"
+    return src + _funnel(name, W, aligned)
 
 def _lean_sc(side, i, tok, grp=None):
     "Source: band i's per-token scalar (`g` norm / scale, `z` bias) of token `tok` (group `grp` for affine), as float"
@@ -1114,16 +1116,6 @@ def _lean_values(vplan, G, rep):
     }}
 """
 
-def _lean_lut_fill(plan, toff, loffs, lut, tab, rep):
-    "Source: fill the pair tables of `plan`'s bands, `rep` copies of each entry side by side"
-    out = []
-    for i, b in enumerate(plan.bands):
-        if b.bits > 4: continue
-        M = (1 << b.bits) - 1
-        v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
-        out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; KVQ_H2(x, {v(f'e & {M}')}, {v(f'e >> {b.bits}')}); {lut}[{loffs[i] * rep} + i] = x; }}")
-    return '\n    '.join(out)
-
 def _lean_body(kplan, vplan, G, qprep):
     "The tensor-core kernel with the lean loops"
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
@@ -1142,19 +1134,9 @@ def _lean_source(kplan, vplan, G, qprep, rep, share):
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     luts = f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
-    fill = _lean_lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
-    if not share: fill += '\n    ' + _lean_lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
-    return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
-    constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
-    const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
-    const int r = KVQ_BY;
-    const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
-    const int b = r / H, h = r - b * H;
-    KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
-    KVQ_SHARED float sc[CHMAX * G];
-    KVQ_SHARED float red[G * {32 * VNS}];
-    KVQ_SHARED float stat[2 * G];
-    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
+    fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
+    if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
+    return _mma_head(G, KNS, VNS) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));
