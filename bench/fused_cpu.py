@@ -3,7 +3,7 @@ one layer decode at N tokens (32 query / 8 KV heads, d128) vs float32 `mx.fast.s
 and the embedded Gemma 3 270M greedy decode tokens/s with `auto:5` vs the uncompressed cache.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python3 bench/fused_cpu.py [--context 32768] [--out bench/fused_cpu.md]"""
-import argparse, platform, sys, time
+import argparse, os, platform, sys, time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -23,7 +23,7 @@ args = ap.parse_args()
 lines = [f"# mlx_kvq.attention on the CPU", "",
          f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} on {platform.machine()} {platform.system()}, "
          f"MLX {mx.__version__} CPU + OpenBLAS, float32; command: `python3 {' '.join(sys.argv)}`. Shared 2-core machine: "
-         "ratios are from one run, side by side.", ""]
+         f"ratios are from one run, side by side. Load average (1, 5, 15 min) at the start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}.", ""]
 
 def med(fn, repeats):
     mx.eval(fn())
@@ -88,5 +88,6 @@ if args.gemma_tokens:
         tps = args.gemma_tokens / st[2]
         lines.append(f"| {'uncompressed' if kv == 'fp16' else kv} | {tps:.1f} | {tps / base:.2f} |")
         print(lines[-1], flush=True)
+lines += ['', f"Load average (1, 5, 15 min) at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}."]
 open(args.out, 'w').write('\n'.join(lines) + '\n')
 print('\n'.join(lines))

@@ -87,9 +87,9 @@ def _decode_band(b, parts, dtype):
     return lookup_decode(w, b.table, b.bits, b.n).astype(dtype)
 
 def _norm_row(b, parts):
-    "A turbo band's per-token norms as a row (.., 1, 1, L) against (.., G, Lq, L) scores, or None"
+    "A turbo band's per-token norms as a row (.., 1, L) against (.., G * Lq, L) scores, or None"
     if b.table is None or b.gamma is None: return None
-    return mx.expand_dims(parts[b.gamma].astype(mx.float32).swapaxes(-1, -2), 2)
+    return parts[b.gamma].astype(mx.float32).swapaxes(-1, -2)
 
 def _on_gpu(): return mx.default_device().type == mx.DeviceType.gpu
 
@@ -102,25 +102,31 @@ def _use_qmm(b, rows):
     return b.table is None and b.gamma is not None and not _on_gpu() and rows <= _QMM_ROWS
 
 def _band_scores(b, qb, parts):
-    "Prepared queries (B, H, G, Lq, n) x one band of a block -> (B, H, G, Lq, L); affine decode on the CPU by `quantized_matmul`"
-    if _use_qmm(b, qb.shape[2] * qb.shape[3]):
-        B, H, G, Lq, n = qb.shape
-        out = mx.quantized_matmul(qb.reshape(B, H, G * Lq, n), parts[b.words], parts[b.gamma].astype(mx.float32),
-                                  parts[b.bias].astype(mx.float32), transpose=True, group_size=b.group_size, bits=b.bits)
-        return out.reshape(B, H, G, Lq, -1)
-    s = qb @ mx.expand_dims(_decode_band(b, parts, mx.float32), 2).swapaxes(-1, -2)
-    g = _norm_row(b, parts)
-    return s if g is None else s * g
+    """Prepared queries (B, H, G, Lq, n) x one band of a block -> (B, H, G, Lq, L); affine decode on the CPU by `quantized_matmul`.
+    The G * Lq query rows of a KV head are one matrix against the block (no broadcast over G: one BLAS call per head)"""
+    B, H, G, Lq, n = qb.shape
+    q = qb.reshape(B, H, G * Lq, n)
+    if _use_qmm(b, G * Lq):
+        s = mx.quantized_matmul(q, parts[b.words], parts[b.gamma].astype(mx.float32), parts[b.bias].astype(mx.float32),
+                                transpose=True, group_size=b.group_size, bits=b.bits)
+    else:
+        s = q @ _decode_band(b, parts, mx.float32).swapaxes(-1, -2)
+        g = _norm_row(b, parts)
+        if g is not None: s = s * g
+    return s.reshape(B, H, G, Lq, -1)
 
 def _band_weighted(b, p, parts):
-    "Weights (B, H, G, Lq, L) x one band of a block -> (B, H, G, Lq, n)"
-    if _use_qmm(b, p.shape[2] * p.shape[3]):
-        B, H, G, Lq, L = p.shape
-        out = mx.quantized_matmul(p.reshape(B, H, G * Lq, L), parts[b.words], parts[b.gamma].astype(mx.float32),
-                                  parts[b.bias].astype(mx.float32), transpose=False, group_size=b.group_size, bits=b.bits)
-        return out.reshape(B, H, G, Lq, -1)
-    g = _norm_row(b, parts)
-    return (p if g is None else p * g) @ mx.expand_dims(_decode_band(b, parts, mx.float32), 2)
+    "Weights (B, H, G, Lq, L) x one band of a block -> (B, H, G, Lq, n), the G * Lq rows as one matrix"
+    B, H, G, Lq, L = p.shape
+    w = p.reshape(B, H, G * Lq, L)
+    if _use_qmm(b, G * Lq):
+        out = mx.quantized_matmul(w, parts[b.words], parts[b.gamma].astype(mx.float32), parts[b.bias].astype(mx.float32),
+                                  transpose=False, group_size=b.group_size, bits=b.bits)
+    else:
+        g = _norm_row(b, parts)
+        out = (w if g is None else w * g) @ _decode_band(b, parts, mx.float32)
+    return out.reshape(B, H, G, Lq, -1)
+
 
 # %% ../nbs/03b_attention.ipynb #64da34bc
 def _full_mask(mask, B, Hkv, G, Lq, Lk):
@@ -161,21 +167,55 @@ def _exact_partial(q, k, v, mask):
     m, l, p = _softmax_partial(s)
     return m, l, p @ mx.expand_dims(v.astype(mx.float32), 2)
 
-BLOCK_BUDGET = 1 << 24   # bytes of float32 scores (or decoded keys) per block of the blockwise path (16 MB: turbo:4 at 32K on this CPU 3.6x fp32 SDPA, 4.3x with 64 MB)
+BLOCK_BUDGET = 1 << 24   # bytes of float32 scores (or decoded keys) per block of the blockwise path (16 MB; measured 2026-11-24 before the faster lookup: turbo:4 at 32K 3.6x fp32 SDPA, 4.3x with 64 MB)
 
 def _block_size(B, Hkv, G, Lq, D, n):
     per_tok = 4 * B * Hkv * max(G * Lq, D)
     return int(max(256, min(n, BLOCK_BUDGET // per_tok)))
 
+def _dense_maps(plan, dim):
+    """A calibrated plan's query and output transforms as two dense float32 matrices, built once: (query map (dim, N [+ 1])
+    giving every band's queries side by side and the mean term q . mean as the last column, output map (N, dim) giving the
+    finished output of the bands' weighted sums side by side, less the l * mean term). None for other plans, whose one
+    Walsh-Hadamard transform is cheaper. On the CPU every operation has a fixed cost: the calibrated plans' gathers,
+    rotations, scalings and reordering are ten to twenty of them per side, one matrix product here."""
+    if plan.kind != 'turbo' or (len(plan.bands) == 1 and plan.scale is None and plan.mean is None): return None
+    got = plan.__dict__.get('_dense')
+    if got is None or got[0] != dim:
+        qs, bias = _band_queries(plan, mx.eye(dim))
+        qmap = mx.concatenate(qs + ([] if bias is None else [bias]), axis=-1)
+        N = sum(b.n for b in plan.bands); eye, outs, off = mx.eye(N), [], 0
+        for b in plan.bands: outs.append(eye[:, off:off + b.n]); off += b.n
+        omap = _finish_values(plan, outs, 0.0)
+        mx.eval(qmap, omap)
+        got = plan._dense = (dim, qmap, omap)
+    return got[1:]
+
+def _prepared_queries(plan, q):
+    "`_band_queries` by the dense query map where the plan has one"
+    maps = _dense_maps(plan, q.shape[-1])
+    if maps is None: return _band_queries(plan, q)
+    z, out, off = q @ maps[0], [], 0
+    for b in plan.bands: out.append(z[..., off:off + b.n]); off += b.n
+    return out, (None if plan.mean is None else z[..., off:off + 1])
+
+def _finished(plan, outs, l):
+    "`_finish_values` by the dense output map where the plan has one"
+    maps = _dense_maps(plan, sum(b.n for b in plan.bands)) if plan.kind == 'turbo' else None
+    if maps is None: return _finish_values(plan, outs, l)
+    y = (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=-1)) @ maps[1]
+    return y if plan.mean is None else y + l * plan.mean
+
 def _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n, half=False):
     "Blockwise (m, l, o) over a quantized segment of `n` tokens: decode one block at a time, online softmax (float32 whatever `half` says)"
     B, Hkv, G, Lq, D = q.shape
-    qk, kbias = _band_queries(kplan, q)
+    qk, kbias = _prepared_queries(kplan, q)
     blk = _block_size(B, Hkv, G, Lq, D, n)
     m = l = None; outs = None
     for s0 in range(0, n, blk):
         s1 = min(n, s0 + blk)
-        kb = tuple(p[..., s0:s1, :] for p in kparts); vb = tuple(p[..., s0:s1, :] for p in vparts)
+        kb = tuple(p[..., s0:s1, :] for p in kparts) if blk < n else kparts
+        vb = tuple(p[..., s0:s1, :] for p in vparts) if blk < n else vparts
         s = 0
         for b, qb in zip(kplan.bands, qk):
             s = s + _band_scores(b, qb, kb)
@@ -187,7 +227,7 @@ def _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n, half=False)
         a, c = mx.exp(m - M0), mx.exp(mb - M0)
         l = a * l + c * lb; outs = [a * o + c * x for o, x in zip(outs, ob)]; m = M
     if kbias is not None: m = m + kbias
-    return m, l, _finish_values(vplan, outs, l)
+    return m, l, _finished(vplan, outs, l)
 
 def _quantized_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False):
     "Quantized segment: the fused decode kernel where verified, else the blockwise MLX path; `half`: the model's queries are float16 / bfloat16, so the kernel may compute in float16 (tensor cores)"

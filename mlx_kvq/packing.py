@@ -32,13 +32,17 @@ def packed_words(n, bits) -> int:
 # %% ../nbs/02_packing.ipynb #dae8b423
 _CODE_DTYPES = (mx.uint8, mx.uint32)
 
-def _bit_weights(k): return mx.left_shift(mx.array(1, dtype=mx.uint32), mx.arange(k, dtype=mx.uint32))
+@lru_cache(maxsize=None)
+def _bit_index(k): return mx.arange(k, dtype=mx.uint32)     # built once: small constant arrays are operations of their own at every call
+
+@lru_cache(maxsize=None)
+def _bit_weights(k): return mx.left_shift(mx.array(1, dtype=mx.uint32), _bit_index(k))
 
 def pack_ref(codes, bits):
     "Pure-MLX reference: codes (..., n) < 2**bits -> uint32 words (..., ceil(n * bits / 32))"
     n = codes.shape[-1]; W = packed_words(n, bits)
     c = codes.astype(mx.uint32)
-    stream = mx.right_shift(c[..., None], mx.arange(bits, dtype=mx.uint32)) & 1   # (..., n, bits)
+    stream = mx.right_shift(c[..., None], _bit_index(bits)) & 1   # (..., n, bits)
     stream = stream.reshape(*c.shape[:-1], n * bits)
     pad = W * 32 - n * bits
     if pad: stream = mx.concatenate([stream, mx.zeros((*c.shape[:-1], pad), dtype=mx.uint32)], axis=-1)
@@ -48,7 +52,7 @@ def pack_ref(codes, bits):
 def unpack_ref(words, bits, n):
     "Pure-MLX reference: uint32 words (..., W) -> uint8 codes (..., n)"
     W = words.shape[-1]
-    stream = mx.right_shift(words[..., None], mx.arange(32, dtype=mx.uint32)) & 1  # (..., W, 32)
+    stream = mx.right_shift(words[..., None], _bit_index(32)) & 1  # (..., W, 32)
     stream = stream.reshape(*words.shape[:-1], W * 32)[..., : n * bits]
     stream = stream.reshape(*words.shape[:-1], n, bits)
     return mx.sum(stream * _bit_weights(bits), axis=-1).astype(mx.uint8)
@@ -367,21 +371,27 @@ def _agree_dequantize(out, ref, words, norms, codebook, n):
 _LUT_CODES = {1: 16, 2: 8, 4: 2, 8: 2, 3: 4, 6: 2, 5: 2, 7: 2}
 
 @lru_cache(maxsize=None)
-def _field_index(width, count, W):
-    "Word, shift, next word, back shift and straddle mask of `count` fields of `width` bits in W words"
+def _field_index(width, count, W, unit=32):
+    "Unit, shift, next unit and back shift of `count` fields of `width` bits in W units of `unit` (16 or 32) bits, and whether any field straddles two units"
     p = np.arange(count) * width
-    wi, sh = p >> 5, p & 31
-    st = sh + width > 32
-    return (mx.array(np.minimum(wi, W - 1).astype(np.int32)), mx.array(sh.astype(np.uint32)),
-            mx.array(np.minimum(wi + 1, W - 1).astype(np.int32)), mx.array(((32 - sh) & 31).astype(np.uint32)),
-            mx.array(st) if st.any() else None)
+    wi, sh = p // unit, p % unit
+    back = np.where(sh > 0, unit - sh, unit - 1)   # a field that does not straddle gets the next unit's bits at `width` or above: masked off
+    dt = np.uint16 if unit == 16 and W <= 1 << 16 else np.uint32
+    return (mx.array(np.minimum(wi, W - 1).astype(dt)), mx.array(sh.astype(dt)), mx.array(np.minimum(wi + 1, W - 1).astype(dt)),
+            mx.array(back.astype(dt)), bool((sh + width > unit).any()))
+
+def _unpack_units(units, width, count):
+    "uint16 or uint32 units (.., W) -> (.., count) fields of `width` bits (less than the unit's) of the bit stream, in the units' dtype"
+    unit = 16 if units.dtype == mx.uint16 else 32
+    wi, sh, nxt, back, straddles = _field_index(width, count, units.shape[-1], unit)
+    shape = (*units.shape[:-1], count)
+    c = mx.right_shift(mx.take_along_axis(units, mx.broadcast_to(wi, shape), axis=-1), sh)
+    if straddles: c = c | mx.left_shift(mx.take_along_axis(units, mx.broadcast_to(nxt, shape), axis=-1), back)
+    return c & ((1 << width) - 1)
 
 def unpack_fields(words, width, count):
     "uint32 words (.., W) -> (.., count) uint32 fields of `width` (1..31) bits of the bit stream: a few gathers of words, no per-bit intermediate"
-    wi, sh, nxt, back, st = _field_index(width, count, words.shape[-1])
-    c = mx.right_shift(mx.take(words, wi, axis=-1), sh)
-    if st is not None: c = c | mx.where(st, mx.left_shift(mx.take(words, nxt, axis=-1), back), 0)
-    return c & ((1 << width) - 1)
+    return _unpack_units(words, width, count)
 
 def _chunks(words, bits, n):
     "uint32 words (.., W) -> (.., ceil(n / k)) chunk values of k = _LUT_CODES[bits] codes each (code i of a chunk in bits [i*bits, (i+1)*bits))"
@@ -390,7 +400,7 @@ def _chunks(words, bits, n):
     if k * bits in (8, 16):
         v = words.view(mx.uint8 if k * bits == 8 else mx.uint16)
         return v if v.shape[-1] == nch else v[..., :nch]
-    return unpack_fields(words, k * bits, nch)      # 12-, 10- or 14-bit chunks: seven operations whatever their number
+    return _unpack_units(words.view(mx.uint16), k * bits, nch)   # 12-, 10- or 14-bit chunks from 16-bit halves: six operations whatever their number
 
 _LUTS = {}
 def _lut(table, bits):
