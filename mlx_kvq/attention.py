@@ -214,8 +214,9 @@ def _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n, half=False)
     m = l = None; outs = None
     for s0 in range(0, n, blk):
         s1 = min(n, s0 + blk)
-        kb = tuple(p[..., s0:s1, :] for p in kparts) if blk < n else kparts
-        vb = tuple(p[..., s0:s1, :] for p in vparts) if blk < n else vparts
+        whole = blk >= n and kparts[0].shape[-2] == n and vparts[0].shape[-2] == n   # parts may run past n (a cache's storage)
+        kb = kparts if whole else tuple(p[..., s0:s1, :] for p in kparts)
+        vb = vparts if whole else tuple(p[..., s0:s1, :] for p in vparts)
         s = 0
         for b, qb in zip(kplan.bands, qk):
             s = s + _band_scores(b, qb, kb)
