@@ -192,16 +192,16 @@ def _dense_maps(plan, dim):
     return got[1:]
 
 def _prepared_queries(plan, q):
-    "`_band_queries` by the dense query map where the plan has one"
-    maps = _dense_maps(plan, q.shape[-1])
+    "`_band_queries` by the dense query map where the plan has one, on the CPU: with these maps in place the H100 check (2026-11-25) saw the first-use check refuse the calibrated kernels at 4e-3 from this reference; not traced further, so the GPU keeps the per-band transforms"
+    maps = None if _on_gpu() else _dense_maps(plan, q.shape[-1])
     if maps is None: return _band_queries(plan, q)
     z, out, off = q @ maps[0], [], 0
     for b in plan.bands: out.append(z[..., off:off + b.n]); off += b.n
     return out, (None if plan.mean is None else z[..., off:off + 1])
 
 def _finished(plan, outs, l):
-    "`_finish_values` by the dense output map where the plan has one"
-    maps = _dense_maps(plan, sum(b.n for b in plan.bands)) if plan.kind == 'turbo' else None
+    "`_finish_values` by the dense output map where the plan has one, on the CPU (see `_prepared_queries`)"
+    maps = _dense_maps(plan, sum(b.n for b in plan.bands)) if plan.kind == 'turbo' and not _on_gpu() else None
     if maps is None: return _finish_values(plan, outs, l)
     y = (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=-1)) @ maps[1]
     return y if plan.mean is None else y + l * plan.mean
