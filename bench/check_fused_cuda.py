@@ -198,7 +198,6 @@ def set_variant(v):
     A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear(); A._LAUNCHERS.clear()
 
 LEANV = (('LEAN', True),)
-L6 = LEANV + (('LB', 6),)
 DEFAULT_LEAN = LEANV + tuple((k, AK_DEFAULT[k]) for k in ('PF', 'STG', 'LPCH', 'KACC')) + (('LB', _AK.LB),)
 VARIANTS = [('mma', 1, 1024, 900, 0, (('LB', 0),)), ('mma', 1, 1024, 900, 0, DEFAULT_LEAN)]   # the kernel before the lean loops, the default
 if os.environ.get('KVQ_VARIANTS'): VARIANTS = eval(os.environ['KVQ_VARIANTS'])

@@ -624,6 +624,17 @@ def _pipeline(side, plan, ns, pitch):
     wait = f"KVQ_CP_WAIT({ns - 1}); KVQ_SYNCWARP(); const uint32_t* sw = my + (j % {ns}) * {16 * pitch};"
     return pro, issue, wait
 
+def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None):
+    "Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`"
+    regs = []
+    for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
+        regs.append(_pair(b, 'ktab_s', ktoff, lut, loff, word(arr), (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
+        if b.table is None:
+            j = (4 * m) // b.group_size if R > b.group_size else 0
+            s, z = scl(arr[1], j)
+            regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
+    return regs
+
 def _mma_keys(kplan, G, nst=0, pitch=0):
     "Source of the score phase: per warp `TPK` 16-token tiles at a time (their words loaded first); A = codes (16 tokens x 16 dims, a pair lookup per register), B = queries (16 dims x 8 heads, hi + lo halves)"
     ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
@@ -655,12 +666,7 @@ def _mma_keys(kplan, G, nst=0, pitch=0):
             body.append(f"{{ float c[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};")
             kb = kb0
             for m in range(2 * ns):
-                regs = []
-                for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
-                    regs.append(_pair(b, 'ktab_s', ktoff[i], 'klut', kloff[i], f"{arr}{p}", (4 * m + 2 * pp) * b.bits, f"a{r}"))
-                    if aff:
-                        j = (4 * m) // b.group_size if R > b.group_size else 0
-                        regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, s{arr[1]}{j}_{p}, z{arr[1]}{j}_{p});")
+                regs = _key_regs(b, ktoff[i], 'klut', kloff[i], m, R, lambda t: f"{t}{p}", lambda t, j: (f"s{t}{j}_{p}", f"z{t}{j}_{p}"))
                 suf = 'f' if aff else ''
                 body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
                             f" KVQ_MMA(c, a, qh{kb}a, qh{kb}b); KVQ_MMA(c, a, ql{kb}a, ql{kb}b); }}")
@@ -865,17 +871,13 @@ def _stage_bytes(kplan, vplan):
     rows = _stage_sides(kplan, vplan)
     return 4 * _NW * STG * 16 * max(rows.values()) if rows else 0
 
-def _lean_stages(kplan, vplan):
-    "cp.async stages of the side being generated (keys: `kplan`, values: `vplan`), 0 when it is not staged"
-    return STG if ('k' if kplan is not None else 'v') in _STAGED else 0
-
 def _lean_rep(kplan, vplan, G, staged=0):
-    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async stages included; at most REP)"
+    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async stages included; at most REP), 0 if not even one"
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = KL if _lut_shared(kplan, vplan) else KL + VL
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) + staged
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged
     rep = max(1, REP)
-    while rep > 1 and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
+    while rep and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
     return rep
 
 def _lean_rows(kplan, vplan):
@@ -922,7 +924,6 @@ def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of, rows=None):
     tile itself): each band's words `y<t><i>@[]` of the tokens `toks` (name -> token expression) and their scalars as
     floats (`g<t><i>@`; affine: `s<t><i>_<j>@`, `z<t><i>_<j>@` per group j); with `rows` (name -> the token's row in
     the warp's stage), the words are read from shared memory in the tile"""
-    sl = _side_layout(plan)[0]
     decl, load, tile = [], [], []
     for i, b in enumerate(plan.bands):
         W = -(-nbits_of(i, b) // 32)
@@ -952,7 +953,7 @@ def _lean_depth(decl):
     words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
     return min(PF, 1) if words > 8 else PF
 
-def _lean_loop(decl, load, tokset, nts, body, side=None, plan=None):
+def _lean_loop(decl, load, tokset, nts, body, side=None):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
     loading those of the tile k steps on before it computes (k tiles of loads in flight per warp)"""
@@ -1019,7 +1020,7 @@ def _lean_keys(kplan, G, rep):
             kb += 1
     R_of = lambda i: 8 * ksl[i]
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
-    stg = _lean_stages(kplan, None) > 0
+    stg = 'k' in _STAGED
     decl, load, tile = _lean_tile_loads('k', kplan, {'a': 'na', 'b': 'nb'}, lambda i, b: f"{R_of(i) * b.bits} * tig", lambda i, b: R_of(i) * b.bits, grp_of,
                                         {'a': f"(sw + gid * {_stage_row(kplan)})", 'b': f"(sw + (gid + 8) * {_stage_row(kplan)})"} if stg else None)
     bands, kb = [], 0
@@ -1032,12 +1033,7 @@ def _lean_keys(kplan, G, rep):
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
         body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
         for m in range(2 * ns):
-            regs = []
-            for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
-                regs.append(_pair(b, 'ktab_s', ktoff[i], 'klr', kloff[i], f"{arr}{i}", (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
-                if aff:
-                    j = (4 * m) // b.group_size if R > b.group_size else 0
-                    regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, s{arr[1]}{j}, z{arr[1]}{j});")
+            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep)
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
                         f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}")
@@ -1059,7 +1055,7 @@ def _lean_keys(kplan, G, rep):
             }}"""
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
-        {_lean_loop(decl, load, tokset, nts, body, 'k', kplan)}
+        {_lean_loop(decl, load, tokset, nts, body, 'k')}
         for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token
     }}
     KVQ_SYNC();
@@ -1071,7 +1067,7 @@ def _lean_values(vplan, G, rep):
     VNS = sum(vsl)
     Rv_of = lambda i: 4 * vsl[i]
     grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
-    stg = _lean_stages(None, vplan) > 0
+    stg = 'v' in _STAGED
     decl, load, tile = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of,
                                         {str(e): f"(sw + (4 * tig + {e}) * {_stage_row(vplan)})" for e in range(4)} if stg else None)
     bands, acc_out = [], []
@@ -1105,7 +1101,7 @@ def _lean_values(vplan, G, rep):
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
-        {_lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v', vplan)}
+        {_lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v')}
         for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
                 {chr(10).join('                ' + x for x in acc_out).strip()}
@@ -1118,15 +1114,10 @@ def _lean_values(vplan, G, rep):
 
 def _lean_body(kplan, vplan, G, qprep):
     "The tensor-core kernel with the lean loops"
-    ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
-    KNS, VNS = sum(ksl), sum(vsl)
-    kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
-    share = _lut_shared(kplan, vplan)
     _STAGED.clear(); _STAGED.update(_stage_sides(kplan, vplan))
-    sb = _stage_bytes(kplan, vplan)
-    if sb and _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + sb + 4 * (KL if share else KL + VL) > _SHARED_LIMIT['cuda']: _STAGED.clear(); sb = 0
-    rep = _lean_rep(kplan, vplan, G, sb)
-    try: return _lean_source(kplan, vplan, G, qprep, rep, share)
+    rep = _lean_rep(kplan, vplan, G, _stage_bytes(kplan, vplan)) if _STAGED else 0
+    if not rep: _STAGED.clear(); rep = max(1, _lean_rep(kplan, vplan, G))   # stages that do not fit: none
+    try: return _lean_source(kplan, vplan, G, qprep, rep, _lut_shared(kplan, vplan))
     finally: _STAGED.clear()
 
 def _lean_source(kplan, vplan, G, qprep, rep, share):
@@ -1143,7 +1134,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share):
     {_lean_rows(kplan, vplan)}
 {_qload(kplan, vplan, G, qprep)}    {fill}
     KVQ_SYNC();
-    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (PCH)
+    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep)}{_softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
