@@ -18,7 +18,7 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'META_ROWS', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -328,6 +328,27 @@ def _meta(*v):
     if v not in _META: _META[v] = mx.array(v, dtype=mx.int32)
     return _META[v]
 
+META_ROWS = 256         # decode steps whose `meta` rows are made at once as one device array (0: a host-made array per call)
+_META_TABLES = {}
+
+def _meta_row(n, R, G, Hkv, has_mask, VDP):
+    "What the decode and combine kernels read of a call over n tokens: (n, chunks, Hkv, chunk length, mask, VDP, R G, G)"
+    CH = _chunk(n, R, G)
+    return (n, -(-n // CH), Hkv, CH, int(has_mask), VDP, R * G, G)
+
+def _step_meta(n, R, G, Hkv, has_mask, VDP):
+    """The `meta` input of a decode call over n tokens: a row (a view: nothing copied) of a table made on the device for
+    META_ROWS consecutive token counts at once. An array made from host values per call is allocated in managed memory
+    on CUDA, which the GPU then reads across the bus; the table is made by a device op once per META_ROWS steps"""
+    if not META_ROWS: return mx.array(_meta_row(n, R, G, Hkv, has_mask, VDP), dtype=mx.int32)
+    key = (R, G, Hkv, bool(has_mask), VDP, _variant())
+    got = _META_TABLES.get(key)
+    if got is None or not got[0] <= n < got[0] + META_ROWS:
+        if len(_META_TABLES) > 256: _META_TABLES.clear()
+        rows = mx.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], dtype=mx.int32)
+        got = _META_TABLES[key] = (n, rows + 0)      # `+ 0`: an op, so the table is an output (device memory on a GPU)
+    return got[1][n - got[0]]
+
 def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
     if not hasattr(plan, '_tab'):
@@ -374,7 +395,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
     half = q.dtype != mx.float32 if half is None else half
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     mk = _mask_input(mask, B, n)
-    meta = mx.array((n, S, Hkv, CH, mask is not None, VDP, R * G, G), dtype=mx.int32)   # per call: n changes every step
+    meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)   # per call: n changes every step
     val = dict(q=mx.contiguous(qcat), ktab=_tables(kplan), vtab=_tables(vplan), mask=mk, meta=meta)
     if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _signs(kplan)
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
@@ -490,7 +511,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
              else (3, slot[nm]) for nm in names]
     def run(q, kp, vp, n, mask=None):
         CH = _chunk(n, R, G); S = -(-n // CH)
-        meta = mx.array((n, S, Hkv, CH, mask is not None, VDP, R * G, G), dtype=mx.int32)
+        meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)
         sides, mk = (kp, vp), _mask_input(mask, B, n)
         ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
         o, ml = kernel(inputs=ins, grid=((-(-S // pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
