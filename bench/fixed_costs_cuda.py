@@ -25,6 +25,14 @@ lines = []
 def log(s=''):
     print(s, flush=True); lines.append(s)
 
+def build_only(fn, calls=64, repeats=7):
+    "Host microseconds to build one call's graph (nothing evaluated while timed; the graphs are evaluated after)"
+    ts = []
+    for r in range(repeats):
+        t = time.perf_counter(); outs = [fn(i) for i in range(calls)]; ts.append((time.perf_counter() - t) / calls)
+        mx.eval(outs)
+    return 1e6 * float(np.median(ts))
+
 def per_call(fn, calls, repeats=15):
     for _ in range(3): mx.eval([fn(i) for i in range(calls)])
     ts = []
@@ -36,11 +44,12 @@ log(f"# fixed_costs_cuda {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; m
     f"command: bench/fixed_costs_cuda.py --contexts {args.contexts}")
 B, Hkv, G, D, dt = 1, 8, 4, 128, mx.float16
 for N in [int(x) for x in args.contexts.split(',')]:
-    log(f"\n## {N:,} tokens: ms per call (median), 1 call / 8 calls per mx.eval")
+    log(f"\n## {N:,} tokens: ms per call (median)")
     qs = [mx.random.normal((B, Hkv * G, 1, D)).astype(dt) for _ in range(8)]
     k, v = mx.random.normal((B, Hkv, N, D)).astype(dt), mx.random.normal((B, Hkv, N, D)).astype(dt)
     mx.eval(qs, k, v)
-    row = {'fp16 SDPA': [per_call(lambda i: mx.fast.scaled_dot_product_attention(qs[i % 8], k, v, scale=D ** -0.5), c) for c in (1, 8)]}
+    f16 = lambda i: mx.fast.scaled_dot_product_attention(qs[i % 8], k, v, scale=D ** -0.5)
+    row = {'fp16 SDPA': [per_call(f16, c) for c in (1, 8)] + [build_only(f16)]}
     del k, v
     for scheme in ('turbo:4', 'affine:4'):
         c = TurboQuantKVCache(4, 4) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(4), AffineCodec(4))
@@ -50,10 +59,12 @@ for N in [int(x) for x in args.contexts.split(',')]:
         ks, vs = c.update_and_fetch(mx.random.normal((B, Hkv, 1, D)).astype(dt), mx.random.normal((B, Hkv, 1, D)).astype(dt))
         for rows in (0, 256):
             A.META_ROWS = rows
-            row[f'{scheme} attend, META_ROWS={rows}'] = [per_call(lambda i: c.attend(qs[i % 8], ks, vs, scale=D ** -0.5), cc) for cc in (1, 8)]
+            fa = lambda i: c.attend(qs[i % 8], ks, vs, scale=D ** -0.5)
+            row[f'{scheme} attend, META_ROWS={rows}'] = [per_call(fa, cc) for cc in (1, 8)] + [build_only(fa)]
         A.META_ROWS = 256
         del c, ks, vs
-    for name, (a, b) in row.items(): log(f"{name} | {a:.4f} | {b:.4f}")
+    log("call | 1 call per eval (ms) | 8 calls per eval (ms) | graph build only (us per call)")
+    for name, (a, b, bo) in row.items(): log(f"{name} | {a:.4f} | {b:.4f} | {bo:.1f}")
 
 log("\n## empty custom kernels (one float in, one out): ms per call, 1 / 8 calls per mx.eval")
 x = mx.zeros((1,), mx.float32); mx.eval(x)
@@ -61,6 +72,6 @@ for label, pad in (('small source', 0), ('45 KB source', 45000)):
     kern = mx.fast.cuda_kernel(name=f"kvq_empty_{pad}", input_names=['inp'], output_names=['out'],
                                source=("/*" + "x" * pad + "*/\n" if pad else "") + "if (threadIdx.x == 0) out[0] = inp[0];")
     f = lambda i: kern(inputs=[x], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(1,)], output_dtypes=[mx.float32])[0]
-    log(f"{label} | {per_call(f, 1):.4f} | {per_call(f, 8):.4f}")
+    log(f"{label} | {per_call(f, 1):.4f} | {per_call(f, 8):.4f} | {build_only(f):.1f}")
 Path(args.out).mkdir(parents=True, exist_ok=True)
 (Path(args.out) / 'fixed_costs_cuda.log').write_text('\n'.join(lines) + '\n')
