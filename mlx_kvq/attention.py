@@ -18,7 +18,8 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'META_ROWS', 'side_plan', 'fused_decode_partial', 'fused_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'META_ROWS', 'side_plan', 'fused_decode_partial', 'fused_decode',
+           'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -537,6 +538,40 @@ def _fast_final(queries, keys, values, scale):
     n = keys.n_quantized
     if n != values.n_quantized or kp[0].shape[0] != B or kp[0].shape[1] != Hkv or not _fits(n, G): return None
     return run(queries, kp, vp, n)
+
+# %% ../nbs/03b_attention.ipynb #c0de5002
+_COMPILED = {}   # traced decode graphs by configuration: (key codec, value codec, compiled function or None)
+
+def _decode_graph(kplan, vplan, qshape, scale, nk):
+    "The blockwise path of one query token over the whole storage of one quantized segment per side, as one function of the arrays"
+    B, Hq, _, D = qshape
+    def run(q, *parts):
+        kp, vp = parts[:nk], parts[nk:]
+        Hkv = kp[0].shape[1]
+        qq = (q.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, 1, D)
+        m, l, o = _quantized_partial_mlx(qq, kplan, vplan, kp, vp, None, kp[0].shape[-2])
+        return (o / l).reshape(B, Hq, 1, -1).astype(q.dtype)
+    return run
+
+def compiled_decode(queries, keys: CachedSide, values: CachedSide, *, scale):
+    """`attend` of one query token (no mask, no sinks) by the traced blockwise graph, or None where it does not apply: a
+    GPU or a fused kernel, exact segments, a quantized segment shorter than its storage, a side without a packed plan.
+    For callers whose shapes repeat every step (a full ring); each new shape is traced once."""
+    if queries.shape[2] != 1 or _on_gpu() or kernel_backend() is not None: return None
+    for side in (keys, values):
+        if not side.storage or side.head is not None and side.head.shape[-2] or side.tail is not None and side.tail.shape[-2]: return None
+    n = keys.n_quantized
+    if n != keys.storage[0].shape[-2] or n != values.n_quantized or n != values.storage[0].shape[-2]: return None
+    key = (id(keys.codec), id(values.codec), queries.shape, queries.dtype, float(scale), BLOCK_BUDGET)
+    got = _COMPILED.get(key)
+    if got is None or got[0] is not keys.codec or got[1] is not values.codec:
+        D = queries.shape[-1]
+        kplan, vplan = side_plan(keys.codec, D), side_plan(values.codec, _value_dim(values, D))
+        ok = kplan is not None and vplan is not None and 'exact' not in (kplan.kind, vplan.kind)
+        if len(_COMPILED) > 1024: _COMPILED.clear()
+        got = _COMPILED[key] = (keys.codec, values.codec,
+                                mx.compile(_decode_graph(kplan, vplan, queries.shape, float(scale), len(keys.storage))) if ok else None)
+    return None if got[2] is None else got[2](queries, *keys.storage, *values.storage)
 
 # %% ../nbs/03b_attention.ipynb #aa7caf16
 def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, sinks=None):

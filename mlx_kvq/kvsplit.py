@@ -13,7 +13,7 @@ from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
 from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
-from .attention import attend
+from .attention import attend, compiled_decode
 from .contract import check_update, check_trim, check_rotating_state, codecs_from
 from .qcache import CodecKVCache
 
@@ -128,9 +128,12 @@ def _update_in_place(self, keys, values):
 
 @patch_to(QuantizedRotatingKVCache)
 def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
-    "Attention of `queries` over what `update_and_fetch` returned"
-    return attend(queries, CachedSide(self.k_codec, parts=tuple(keys)),
-                           CachedSide(self.v_codec, parts=tuple(values)), scale=scale, mask=mask, sinks=sinks)
+    "Attention of `queries` over what `update_and_fetch` returned; a decode step over a full ring (its shapes the same every step) by `compiled_decode`"
+    ks, vs = CachedSide(self.k_codec, parts=tuple(keys)), CachedSide(self.v_codec, parts=tuple(values))
+    if mask is None and sinks is None and keys.shape[2] == self.max_size:
+        out = compiled_decode(queries, ks, vs, scale=scale)
+        if out is not None: return out
+    return attend(queries, ks, vs, scale=scale, mask=mask, sinks=sinks)
 
 @patch_to(QuantizedRotatingKVCache)
 def dequantized(self, dtype=mx.float32):
