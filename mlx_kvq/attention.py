@@ -297,19 +297,19 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     return True
 
 _KERNELS = {}
-def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fuse=None):
-    "(decode kernel, its input names) for this configuration, built once; with `fuse` ('plain' / 'rot') the kernel also combines (`_fused_tail`)"
-    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fuse)
+def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False):
+    "(decode kernel, its input names) for this configuration, built once"
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half)
     if key not in _KERNELS:
-        src = _decode_source(kplan, vplan, G, backend, qprep, half, fuse)
+        src = _decode_source(kplan, vplan, G, backend, qprep, half)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
         if kplan.kind == 'affine': ins.append('kz0')
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
         if vplan.kind == 'affine': ins.append('vz0')
-        ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else []) + (['cnt'] + (['vsc', 'vsg'] if fuse == 'rot' else []) if fuse else [])
+        ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
-        _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'] + (['out', 'cnt_out'] if fuse else []), source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
+        _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'], source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
 
 def _get_combine(backend, finish):
@@ -496,34 +496,25 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = _finish_kind(kplan), _finish_kind(vplan)
     half = queries.dtype != mx.float32
-    fuse = fin if backend == 'cuda' and _AK.FUSE else None      # the combine in the decode kernel (`_fused_tail`)
-    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half, fuse)
+    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     VDP = 32 * sum(_side_layout(vplan)[0])
     comb, ct = _get_combine(backend, fin), _combine_threads(VDP)
     extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
-                 qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan), **dict(zip(('vsc', 'vsg'), extra)))
+                 qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan))
     slot = {}
     for side, plan in ((0, kplan), (1, vplan)):
         for i, b in enumerate(plan.bands):
             slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
             if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
-    order = [(0, None) if nm == 'q' else (1, None) if nm == 'meta' else (4, None) if nm == 'mask' else (5, None) if nm == 'cnt'
-             else (2, const[nm]) if nm in const else (3, slot[nm]) for nm in names]
-    chain = [None]      # fused: the last call's `cnt_out`, the next call's counter (zeros at first); it orders the calls
+    order = [(0, None) if nm == 'q' else (1, None) if nm == 'meta' else (4, None) if nm == 'mask' else (2, const[nm]) if nm in const
+             else (3, slot[nm]) for nm in names]
     def run(q, kp, vp, n, mask=None):
         CH = _chunk(n, R, G); S = -(-n // CH)
         meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)
         sides, mk = (kp, vp), _mask_input(mask, B, n)
-        if fuse and chain[0] is None: chain[0] = mx.zeros((R,), dtype=mx.int32)
-        ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else chain[0] if c == 5 else x if c == 2 else sides[x[0]][x[1]]
-               for c, x in order]
-        if fuse:
-            o, ml, out, chain[0] = kernel(inputs=ins, grid=((-(-S // pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                          output_shapes=[(R, S, G, VDP), (R, S, G, 2), (R, G, VDP), (R,)],
-                                          output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
-            return out.reshape(B, Hq, 1, VDP)
+        ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
         o, ml = kernel(inputs=ins, grid=((-(-S // pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
@@ -551,15 +542,11 @@ def _fast_final(queries, keys, values, scale):
 # %% ../nbs/03b_attention.ipynb #c0de5002
 _COMPILED = {}   # traced decode graphs by configuration: (key codec, value codec, compiled function or None)
 
-def _decode_graph(kplan, vplan, qshape, scale, nk):
-    "The blockwise path of one query token over the whole storage of one quantized segment per side, as one function of the arrays"
-    B, Hq, _, D = qshape
+def _decode_graph(kplan, vplan, scale, nk):
+    "The blockwise path of one query token over the whole storage of one quantized segment per side (`_final_reference`), as one function of the arrays"
     def run(q, *parts):
         kp, vp = parts[:nk], parts[nk:]
-        Hkv = kp[0].shape[1]
-        qq = (q.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, 1, D)
-        m, l, o = _quantized_partial_mlx(qq, kplan, vplan, kp, vp, None, kp[0].shape[-2])
-        return (o / l).reshape(B, Hq, 1, -1).astype(q.dtype)
+        return _final_reference(q, kplan, vplan, kp, vp, None, kp[0].shape[-2], scale)
     return run
 
 def compiled_decode(queries, keys: CachedSide, values: CachedSide, *, scale):
@@ -579,7 +566,7 @@ def compiled_decode(queries, keys: CachedSide, values: CachedSide, *, scale):
         ok = kplan is not None and vplan is not None and 'exact' not in (kplan.kind, vplan.kind)
         if len(_COMPILED) > 1024: _COMPILED.clear()
         got = _COMPILED[key] = (keys.codec, values.codec,
-                                mx.compile(_decode_graph(kplan, vplan, queries.shape, float(scale), len(keys.storage))) if ok else None)
+                                mx.compile(_decode_graph(kplan, vplan, float(scale), len(keys.storage))) if ok else None)
     return None if got[2] is None else got[2](queries, *keys.storage, *values.storage)
 
 # %% ../nbs/03b_attention.ipynb #aa7caf16

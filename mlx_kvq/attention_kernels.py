@@ -8,8 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'FUSE', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC',
-           'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'STG', 'PF', 'REP']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST',
+           'LEAN', 'KACC', 'LPCH', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -250,73 +250,10 @@ def _softmax():
     KVQ_SYNC();
 """
 
-def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fuse=None):
-    """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
-    CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
-    throughout). `fuse` ('plain' / 'rot', CUDA): the combine follows in the same kernel (`_fused_tail`)"""
-    src = _mma_source(kplan, vplan, G, qprep) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
-    return src + _fused_tail(G, 32 * sum(_side_layout(vplan)[0]), fuse) if fuse else src
-
-FUSE = False             # CUDA, final decode path: the row's last block merges the chunk results (no combine kernel launch); off: slower on the H100 (one block per row merges what the combine kernel spreads over G blocks of 512 threads: 131K one layer 0.18-0.20 -> 0.23-0.27 ms, bench/h100_20261125b/fuse/)
-
-def _fused_tail(G, VDP, finish):
-    """Source appended to a decode kernel so that it also does the combine's work (the final path, `finish` 'plain' or
-    'rot'): every block publishes its chunks' (o, m, l) (a fence), takes a ticket on its row's counter `cnt` (an input,
-    zero on entry); the block that takes the last ticket merges the row's S chunk results for its G heads (float32, as
-    the combine kernel), finishes them (1/l; inverse Walsh-Hadamard, signs and scale for 'rot'), writes `out` (R, G, VDP)
-    in the model's dtype T, and puts the counter back to 0 (and writes `cnt_out`, which the next call takes as its
-    counter: the calls are ordered by it). Uses the score buffer `sc` (>= G VDP floats) once every chunk is done."""
-    fwht = f"""
-            for (int hh = 1; hh < {VDP}; hh <<= 1) {{
-                for (int i = tid; i < G * {VDP // 2}; i += {NT}) {{
-                    const int g = i / {VDP // 2}, p = i - g * {VDP // 2}, lo = g * {VDP} + (p / hh) * 2 * hh + (p % hh), hi = lo + hh;
-                    const float a = sc[lo], c = sc[hi]; sc[lo] = a + c; sc[hi] = a - c;
-                }}
-                KVQ_SYNC();
-            }}
-            for (int i = tid; i < G * {VDP}; i += {NT}) out[(long)r * G * {VDP} + i] = (T)(sc[i] * vsg[i % {VDP}] * vsc[0]);""" if finish == 'rot' else f"""
-            for (int i = tid; i < G * {VDP}; i += {NT}) out[(long)r * G * {VDP} + i] = (T)sc[i];"""
-    return f"""
-#define KVQ_FENCE() __threadfence()
-#define KVQ_TICKET(p) atomicAdd((int*)(p), 1)
-#define KVQ_GXF ((int)gridDim.x)
-    {{  // fused combine (FUSE): the last block of row r to finish merges the row's chunk results
-        KVQ_SHARED int kvq_last;
-        KVQ_FENCE();
-        KVQ_SYNC();
-        if (tid == 0) kvq_last = KVQ_TICKET(cnt + r) == KVQ_GXF - 1;
-        KVQ_SYNC();
-        if (kvq_last) {{
-            KVQ_FENCE();
-            float mx_[G];
-            for (int g = 0; g < G; ++g) mx_[g] = KVQ_NEG_INF;
-            for (int s = tid; s < S; s += {NT}) for (int g = 0; g < G; ++g) mx_[g] = KVQ_MAX(mx_[g], ml[(((long)r * S + s) * G + g) * 2]);
-            for (int g = 0; g < G; ++g) {{
-                for (int off = 16; off > 0; off >>= 1) mx_[g] = KVQ_MAX(mx_[g], KVQ_SHFL(mx_[g], off));
-                if (lane == 0) sc[warp * G + g] = mx_[g];
-            }}
-            KVQ_SYNC();
-            for (int g = 0; g < G; ++g) {{
-                float m = KVQ_NEG_INF;
-                for (int w = 0; w < {NT // 32}; ++w) m = KVQ_MAX(m, sc[w * G + g]);
-                mx_[g] = m == KVQ_NEG_INF ? 0.0f : m;
-            }}
-            KVQ_SYNC();
-            for (int i = tid; i < G * {VDP}; i += {NT}) {{
-                const int g = i / {VDP}, d = i - g * {VDP};
-                float acc = 0.0f, l = 0.0f;
-                for (int s = 0; s < S; ++s) {{
-                    const long a = ((long)r * S + s) * G + g;
-                    const float w = KVQ_EXP(ml[a * 2] - mx_[g]);
-                    l += w * ml[a * 2 + 1]; acc += w * o[a * {VDP} + d];
-                }}
-                sc[i] = l > 0.0f ? acc / l : 0.0f;
-            }}
-            KVQ_SYNC();{fwht}
-            if (tid == 0) {{ ((int*)cnt)[r] = 0; cnt_out[r] = 0; }}
-        }}
-    }}
-"""
+def _decode_source(kplan, vplan, G, backend, qprep=None, half=True):
+    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32 throughout)"
+    if _uses_mma(kplan, vplan, G, backend, half): return _mma_source(kplan, vplan, G, qprep)
+    return _simt_source(kplan, vplan, G, backend, qprep)
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
     "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
@@ -461,7 +398,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, FUSE)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"

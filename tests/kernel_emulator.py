@@ -104,9 +104,6 @@ MACROS = r"""
 #define KVQ_SADDR(p) ((char*)(p))
 #define KVQ_LDS32(x, a) ((x) = *(const uint32_t*)(a))
 #define KVQ_LDG1(x, p) ((x) = *(p))
-#define KVQ_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
-#define KVQ_TICKET(p) __atomic_fetch_add((int*)(p), 1, __ATOMIC_SEQ_CST)
-#define KVQ_GXF g_gx
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
 """
@@ -201,16 +198,13 @@ def _decode_inputs(kplan, vplan, qprep):
     ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
     return [(n, ty(n)) for n in ins]
 
-def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None, fuse=None):
-    """The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP); with `fuse`
-    = (finish, counters), the kernel with the combine in it (`_fused_tail`): (out, cnt_out), the counters updated in place"""
+def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None):
+    "The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP)"
     Hkv = kparts[0].shape[1]; R = B * Hkv
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
     ins = _decode_inputs(kplan, vplan, qprep)
-    if fuse: ins += [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fuse[0] == 'rot' else [])
-    outs = ['o', 'ml'] + (['out', ('cnt_out', 'int32_t')] if fuse else [])
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep, fuse=fuse and fuse[0]), ins, outs, 'using T = float;\n' if fuse else '')
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep), ins, ['o', 'ml'])
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
     meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
@@ -221,10 +215,6 @@ def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep,
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
-    if fuse:
-        val['cnt'] = fuse[1]; out = np.zeros((R, G, VDP), np.float32); cnt_out = np.full(R, -1, np.int32)
-        launch([val[nm] for nm, _ in ins], [o, ml, out, cnt_out], AK._grid_x(S, kplan, vplan, G, backend), R, AK.NT)
-        return out, cnt_out
     launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend), R, AK.NT)
     return o, ml, meta, VDP
 
@@ -252,12 +242,6 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
     extra = dict(qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32), qsg=np.array(A._signs(kplan), np.float32))
-    if AK.FUSE:     # the combine in the decode kernel (`_fused_tail`): `out` and the counters come out of it
-        if fin == 'rot': extra.update(vsc=np.array([1.0 / math.sqrt(32 * sum(AK._side_layout(vplan)[0]))], np.float32), vsg=np.array(A._signs(vplan), np.float32))
-        cnt = np.zeros(R, np.int32)
-        out, cnt_out = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra, fuse=(fin, cnt))
-        assert not cnt.any() and not cnt_out.any(), (cnt, cnt_out)      # every row's counter back to 0, and the next call's too
-        return mx.array(out).reshape(B, Hq, 1, -1)
     o, ml, meta, VDP = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra)
     cins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else [])
     more = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
