@@ -313,12 +313,13 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False):
     return _KERNELS[key]
 
 def _get_combine(backend, finish):
-    key = ('combine', backend, finish)
+    key = ('combine', backend, finish, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
     if key not in _KERNELS:
+        src = _combine_source(backend, finish)
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         ins = ['o', 'ml', 'meta'] + (['vsc', 'vsg'] if finish == 'rot' else [])
-        _KERNELS[key] = make(name=f'mlx_kvq_decode_combine_{finish or "partial"}', input_names=ins, output_names=['out', 'mlo'],
-                             source=_combine_source(backend, finish))
+        name = f'mlx_kvq_decode_combine_{finish or "partial"}_' + hashlib.sha1(src.encode()).hexdigest()[:12]   # MLX caches compiled modules by name
+        _KERNELS[key] = make(name=name, input_names=ins, output_names=['out', 'mlo'], source=src)
     return _KERNELS[key]
 
 def _pad_to(x, n):
@@ -403,7 +404,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'], val[f'{side}g{i}'] = parts[b.words], parts[b.gamma]
             if b.bias is not None: val[f'{side}z{i}'] = parts[b.bias]
-    o, ml = kernel(inputs=[val[k] for k in names], grid=(_grid_x(S, kplan, vplan, G, backend, half) * NT, R, 1), threadgroup=(NT, 1, 1),
+    o, ml = kernel(inputs=[val[k] for k in names], grid=(_grid_x(S, kplan, vplan, G, backend, half, R) * NT, R, 1), threadgroup=(NT, 1, 1),
                    output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
     return o, ml, meta, kbias, (B, Hkv, G, R, VDP)
 
@@ -515,7 +516,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)
         sides, mk = (kp, vp), _mask_input(mask, B, n)
         ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
-        o, ml = kernel(inputs=ins, grid=((-(-S // pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
+        o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])

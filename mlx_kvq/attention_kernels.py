@@ -8,8 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST',
-           'LEAN', 'KACC', 'LPCH', 'STG', 'PF', 'REP']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP',
+           'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -328,14 +328,16 @@ def _simt_source(kplan, vplan, G, backend, qprep=None):
 SMAX = 4096              # most chunks per (row, head): the combine keeps their weights in shared memory
 
 CSPLIT = 4               # combine: thread groups splitting a (row, head)'s chunks (CSPLIT x VDP threads, at most 1024)
+CONLINE = True           # combine in one pass: each group merges its chunks with an online softmax (loads of CU chunks in flight), the groups' results merged once, the inverse Walsh-Hadamard by warp shuffles; False: three passes over the chunks (max, weights, sums) and a shared-memory transform
+CU = 8                   # online combine: chunks a thread loads before it merges them
 
 def _combine_threads(VDP): return max(1, min(CSPLIT, 1024 // VDP)) * VDP
 
 def _combine_source(backend, finish=None):
     "Merge the S chunk results of each (row, head): one block per (row, head) of `_combine_threads(VDP)` threads, groups of "
-    "VDP threads (one per output coordinate) each summing every CSPLIT-th chunk, then the groups' sums; the "
-    "chunks' max, weights and sum are block reductions. "
+    "VDP threads (one per output coordinate) each taking every CSPLIT-th chunk. "
     "finish=None: unnormalized sums and (max, sum); 'plain' / 'rot': the attention output (inverse Walsh-Hadamard + signs for 'rot')"
+    if CONLINE: return _combine_online(backend, finish)
     head = _PRELUDE[backend] + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
@@ -389,6 +391,79 @@ def _combine_source(backend, finish=None):
     else: body += "    if (sl == 0) out[rg * VDP + d] = (T)x[d];\n"
     return head + body
 
+def _combine_online(backend, finish):
+    """The combine in one pass over the chunks. Thread (group `sl`, coordinate `d`) loads CU chunks' (max, sum, output)
+    at once, then folds them into its running (mt, lt, O): a chunk above the running max rescales what came before by
+    exp(mt - m), any other is weighted by exp(m - mt); chunks of max -inf (every token masked) are skipped. The groups'
+    results are merged by the first group after one barrier (weights exp(mt_k - M)). For 'rot' the inverse transform of
+    the VDP outputs is a Walsh-Hadamard transform: its 5 butterfly stages inside a warp by shuffles, the rest (warps
+    jw -> iw, sign (-1)^popcount(iw & jw)) from shared memory after one barrier"""
+    src = _PRELUDE[backend] + f"""
+    const int S = meta[1], VDP = meta[5], G = meta[7];
+    const long rg = KVQ_BX;
+    const int tid = KVQ_TID, NTC = KVQ_NTHREADS, lane = tid & 31;
+    const int sl = tid / VDP, d = tid - sl * VDP, NSL = NTC / VDP;
+    const long r = rg / G, g = rg - r * G;
+    KVQ_SHARED float pm[32];
+    KVQ_SHARED float pl[32];
+    KVQ_SHARED float osum[1024];
+    const KVQ_DEV float* op = o + (r * S * G + g) * VDP + d;
+    const KVQ_DEV float* mp = ml + (r * S * G + g) * 2;
+    float mt = KVQ_NEG_INF, lt = 0.0f, O = 0.0f;
+    for (int s0 = sl; s0 < S; s0 += {CU} * NSL) {{
+        float cm[{CU}], cl[{CU}], co[{CU}];
+        #pragma unroll
+        for (int u = 0; u < {CU}; ++u) {{
+            const int s = s0 + u * NSL;
+            const bool ok = s < S;
+            cm[u] = ok ? mp[(long)s * G * 2] : KVQ_NEG_INF; cl[u] = ok ? mp[(long)s * G * 2 + 1] : 0.0f; co[u] = ok ? op[(long)s * G * VDP] : 0.0f;
+        }}
+        #pragma unroll
+        for (int u = 0; u < {CU}; ++u) {{
+            if (cm[u] > mt) {{ const float c = KVQ_EXP(mt - cm[u]); O = O * c + co[u]; lt = lt * c + cl[u]; mt = cm[u]; }}
+            else if (cm[u] != KVQ_NEG_INF) {{ const float w = KVQ_EXP(cm[u] - mt); O += w * co[u]; lt += w * cl[u]; }}
+        }}
+    }}
+    if (d == 0) {{ pm[sl] = mt; pl[sl] = lt; }}
+    osum[tid] = O;
+    KVQ_SYNC();
+    float M = KVQ_NEG_INF;
+    for (int k = 0; k < NSL; ++k) M = KVQ_MAX(M, pm[k]);
+    const float M0 = M == KVQ_NEG_INF ? 0.0f : M;
+    float L = 0.0f;
+    O = 0.0f;
+    if (sl == 0) {{
+        for (int k = 0; k < NSL; ++k) {{
+            const float w = pm[k] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(pm[k] - M0);
+            L += w * pl[k]; O += w * osum[k * VDP + d];
+        }}
+    }}
+    if (tid == 0) {{ mlo[rg * 2] = M; mlo[rg * 2 + 1] = L; }}
+"""
+    if finish is None: return src + "    if (sl == 0) out[rg * VDP + d] = O;\n"
+    src += "    float x = L > 0.0f ? O / L : 0.0f;\n"
+    if finish == 'plain': return src + "    if (sl == 0) out[rg * VDP + d] = (T)x;\n"
+    return src + """    if (sl == 0) {   // whole warps: VDP is a multiple of 32
+        for (int hh = 1; hh < 32 && hh < VDP; hh <<= 1) { const float p = KVQ_SHFL(x, hh); x = (lane & hh) ? p - x : x + p; }
+    }
+    if (VDP > 32) {
+        KVQ_SYNC();
+        if (sl == 0) osum[d] = x;
+        KVQ_SYNC();
+        if (sl == 0) {
+            const int iw = d >> 5, il = d & 31;
+            float y = 0.0f;
+            for (int jw = 0; jw < VDP / 32; ++jw) {
+                int t = iw & jw; t ^= t >> 4; t ^= t >> 2; t ^= t >> 1;
+                const float z = osum[jw * 32 + il];
+                y += (t & 1) ? -z : z;
+            }
+            x = y;
+        }
+    }
+    if (sl == 0) out[rg * VDP + d] = (T)(x * vsg[d] * vsc[0]);
+"""
+
 def _shared_bytes(kplan, vplan, G, backend='cuda'):
     KNS = sum(_side_layout(kplan)[0])
     GV = min(G, 4)
@@ -398,7 +473,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -453,9 +528,13 @@ def _uses_mma(kplan, vplan, G, backend, half=True):
     "Whether `_decode_source` generates the tensor-core kernel for this configuration"
     return backend == 'cuda' and half and MMA and _mma_ok(kplan, vplan, G)
 
-def _grid_x(S, kplan, vplan, G, backend, half=True):
-    "Thread blocks along the chunks: one per chunk (SIMT), or each serving `_per_block` chunks (tensor-core kernel)"
-    return -(-S // _per_block(kplan, vplan, G, backend, half)) if _uses_mma(kplan, vplan, G, backend, half) else S
+def _grid_x(S, kplan, vplan, G, backend, half=True, R=None):
+    "Thread blocks along the chunks: one per chunk (SIMT), or each serving `_per_block` chunks (tensor-core kernel; one where `R` rows x S chunks are fewer than LPCH_MIN)"
+    return _blocks_x(S, R, _per_block(kplan, vplan, G, backend, half)) if _uses_mma(kplan, vplan, G, backend, half) else S
+
+def _blocks_x(S, R, pch):
+    "Blocks along S chunks when each may serve `pch` in turn: all `pch` only where R x S reaches LPCH_MIN (short contexts: one chunk per block, more blocks in flight)"
+    return S if pch <= 1 or (R is not None and R * S < LPCH_MIN) else -(-S // pch)
 
 def _per_block(kplan, vplan, G, backend, half=True):
     "Chunks each block of the tensor-core kernel serves in turn: LPCH with the lean loops, else PCH"
@@ -845,6 +924,7 @@ def _mma_shared_bytes(kplan, vplan, G):
 LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
+LPCH_MIN = 1024          # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory

@@ -215,7 +215,7 @@ def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep,
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
-    launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend), R, AK.NT)
+    launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
     return o, ml, meta, VDP
 
 def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):

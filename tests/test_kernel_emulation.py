@@ -68,6 +68,7 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
 def test_mma_variants(monkeypatch):
     "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads, staged scalars and clamped loads, 1-4 chunks per block: the same attention from the tensor-core kernel"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', False)
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # every grid takes PCH chunks per block, however few rows x chunks
     for tp, nst, vec, pch, (name, kc, vc, B, Hkv, G, D, n) in ((1, 2, False, 2, E.CASES[0]), (1, 3, True, 3, E.CASES[1]), (3, 0, False, 1, E.CASES[4]), (1, 0, True, 4, E.CASES[6])):
         # tiles in flight per warp, cp.async stages, vector loads (the calibrated case: 3-word ranges, scalar loads), chunks per block
         monkeypatch.setattr(AK, 'TPK', tp); monkeypatch.setattr(AK, 'TPV', tp); monkeypatch.setattr(AK, 'NST', nst); monkeypatch.setattr(AK, 'VEC', vec)
@@ -80,12 +81,51 @@ def test_mma_variants(monkeypatch):
 def test_lean_variants(monkeypatch):
     "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead, 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, tiles staged through 2-4 cp.async stages or not, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', True)
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # every grid takes LPCH chunks per block, however few rows x chunks
     cases = [c for c in E.CASES if c[1] is not None]
     for (pf, rep, pch, kacc, stg), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4, 0), (1, 1, 3, 1, 4), (2, 4, 1, 2, 3), (3, 32, 2, 4, 2), (2, 32, 1, 2, 4), (1, 8, 1, 4, 3)), cases):
         monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'LPCH', pch); monkeypatch.setattr(AK, 'KACC', kacc)
         monkeypatch.setattr(AK, 'STG', stg)
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
+
+def test_combine_variants(monkeypatch):
+    """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
+    that are wholly masked (the first ones: the running max starts at -inf; one group of threads may see only such
+    chunks) and chunks split over several rounds of loads: the partial path (unnormalized sums, max, sum) and the final
+    path (normalized, rotated back) against the blockwise reference"""
+    import mlx.core as mx
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]                       # turbo:4, 700 tokens: 11 chunks of 64
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    mx.random.seed(5)
+    k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
+    kparts, vparts = kc.encode(k), vc.encode(v)
+    qp = mx.random.normal((B, Hkv, G, 1, D)) * D ** -0.5
+    q = mx.random.normal((B, Hkv * G, 1, D))
+    keep = (mx.arange(n) >= 320) & ((mx.arange(n) < 448) | (mx.arange(n) >= 512)) & (mx.random.uniform(shape=(n,)) > 0.2)
+    assert AK._chunk(n, B * Hkv, G) == 64 and keep[320:448].any().item()   # chunks 0-4 and 7 (of 64 tokens) have no token
+    mask = keep.reshape(1, 1, 1, 1, n)
+    full = A._full_mask(keep.reshape(1, 1, 1, n), B, Hkv, G, 1, n)
+    rm, rl, ro = A._quantized_partial_mlx(qp, kp, vp, kparts, vparts, mask, n)
+    ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    for online, cu in ((False, 8), (True, 1), (True, 2), (True, 8)):
+        monkeypatch.setattr(AK, 'CONLINE', online); monkeypatch.setattr(AK, 'CU', cu)
+        m, l, o = E.emulate(qp, kp, vp, kparts, vparts, mask, n)
+        err = (mx.abs(o / l - ro / rl).max() / mx.abs(ro / rl).max()).item()
+        assert err <= E.tolerance(kc, vc, G, D), (online, cu, err)
+        assert (mx.abs(m - rm).max() / mx.abs(rm).max()).item() < 1e-4, (online, cu)    # the (max, sum) pair itself, not only the ratio
+        assert (mx.abs(l - rl).max() / mx.abs(rl).max()).item() < 2e-3, (online, cu)
+        out = E.emulate_final(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+        assert (mx.abs(out - ref).max() / mx.abs(ref).max()).item() <= E.tolerance(kc, vc, G, D), (online, cu)
+
+def test_combine_catches_a_wrong_transform(monkeypatch):
+    "The final path's check is not vacuous for the one-pass combine: a wrong sign in its cross-warp transform is caught"
+    import mlx.core as mx
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) <= E.tolerance(kc, vc, G, D)
+    orig = AK._combine_online
+    monkeypatch.setattr(AK, '_combine_online', lambda *a: orig(*a).replace('y += (t & 1) ? -z : z;', 'y += (t & 2) ? -z : z;'))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
 def test_variants(monkeypatch):
     "Two tokens per thread (U=2) and short chunks (many blocks, partial last chunk) compute the same attention (SIMT kernel)"
