@@ -9,7 +9,7 @@ Per scheme, with every cache layer filled to --context (as `mlx-kvq bench --whol
 - `sync ms`: one step built and evaluated before the next starts (no overlap);
 - `no attend` / `no update`: pipelined tokens/s with the caches' attention replaced by returning the queries, or with
   `update_and_fetch` returning the already-filled cache unchanged (no encode, no write);
-- `KVQ_KNOBS="NAME=VALUE ..."` sets knobs of `attention_kernels` (or of `attention`) for the run (e.g. `LEAN=False`: the kernel
+- `KVQ_KNOBS="NAME=VALUE ..."` sets knobs of `attention_kernels`, `attention` or `packing` for the run (e.g. `LEAN=False`: the kernel
   before the lean loops; `META_ROWS=0`: a host-made `meta` array per decode call);
 - a cProfile of the build (16 more steps, top functions by own time) for the compressed schemes, written to DIR.
 """
@@ -22,9 +22,9 @@ from mlx_lm.generate import generate_step
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
-from mlx_kvq import attention_kernels as _AK, attention as _A
-for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels (else of attention) for this run, e.g. KVQ_KNOBS="LEAN=False META_ROWS=0"
-    _k, _v = _kv.split("="); setattr(_AK if hasattr(_AK, _k) else _A, _k, eval(_v))
+from mlx_kvq import attention_kernels as _AK, attention as _A, packing as _P
+for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing for this run, e.g. KVQ_KNOBS="LEAN=False META_ROWS=0 DEVICE_CONSTANTS=False"
+    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, _A, _P) if hasattr(m, _k)), _k, eval(_v))
 
 
 def filled(model, scheme, context, dtype, shapes, seed=0):

@@ -7,10 +7,11 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention.html.md"""
 # %% ../nbs/03b_attention.ipynb #41886dae
 from __future__ import annotations
 import hashlib, math
+import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -355,7 +356,7 @@ def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
     if not hasattr(plan, '_tab'):
         t = [b.table for b in plan.bands if b.table is not None]
-        plan._tab = mx.concatenate(t) if t else mx.zeros((1,), mx.float32)
+        plan._tab = device_constant(np.concatenate([np.array(x, np.float32) for x in t]) if t else np.zeros(1, np.float32))
     return plan._tab
 
 def _finish_kind(plan):
@@ -369,17 +370,18 @@ def _finish_kind(plan):
 def _signs(plan):
     if not hasattr(plan, '_signs'):
         b = plan.bands[0]
-        plan._signs = mx.ones((b.n,), mx.float32) if b.rot is None else b.rot.signs.astype(mx.float32)
+        plan._signs = device_constant(np.ones(b.n, np.float32) if b.rot is None else np.array(b.rot.signs.astype(mx.float32)))
     return plan._signs
 
 _SCALARS = {}
 def _scalar(x):
-    if x not in _SCALARS: _SCALARS[x] = mx.array([x], dtype=mx.float32)
+    if x not in _SCALARS: _SCALARS[x] = device_constant(np.array([x], np.float32))
     return _SCALARS[x]
 
+_NO_MASK = []   # the placeholder (not read: meta says there is no mask)
 def _mask_input(mask, B, n):
     "The decode kernels' `mask` input: additive float32 (B, n), or a placeholder when there is no mask"
-    if mask is None: return _meta(0)
+    if mask is None: return _NO_MASK[0] if _NO_MASK else _NO_MASK.append(device_constant(np.zeros(1, np.int32))) or _NO_MASK[0]
     mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
     return mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
 

@@ -16,10 +16,10 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
-           'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'fused_quantize_pack',
-           'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
-           'quantize_pack', 'dequantize_unpack', 'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale',
+           'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'device_constant',
+           'fused_quantize_pack', 'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode',
+           'dequantize_unpack_lut', 'quantize_pack', 'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -268,15 +268,39 @@ def _kernel(backend, op):
     return _KERNELS[key]
 
 _CONST = {}
+DEVICE_CONSTANTS = True   # False (benches only): constant kernel inputs made from host values, as before 2026-11-25
+
+def device_constant(x):
+    """A constant input of the custom kernels as an array an op made, padded to at least 16 bytes. On CUDA, MLX puts
+    arrays of at most 8 bytes in one managed-memory pool that every new host scalar is written into, and an array made
+    from host values lives in managed memory the host wrote: a kernel reading either can wait on a page migration
+    (Nsight Compute, H100, 2026-11-25: 42% of the 4K decode kernel's warp time at its first loads). An op's output of
+    16 bytes or more is memory the host never touches"""
+    x = np.asarray(x).reshape(-1)
+    if not DEVICE_CONSTANTS: return mx.array(x)   # benches only: the arrays as made from host values (before 2026-11-25)
+    if x.size < 4: x = np.concatenate([x, np.zeros(4 - x.size, x.dtype)])
+    return mx.array(x) + 0
+
 def _scaled(codebook, n, which):
     "codebook.<which> scaled for dim n, built once per (codebook, n): no extra kernel per decode step"
     key = (id(codebook), n, which)
-    if key not in _CONST: _CONST[key] = (codebook, mx.array(np.asarray(getattr(codebook, which), np.float32) * np.float32(codebook_scale(codebook, n))))
+    if key not in _CONST: _CONST[key] = (codebook, device_constant(np.asarray(getattr(codebook, which), np.float32) * np.float32(codebook_scale(codebook, n))))
     return _CONST[key][1]
+
+def _signs_of(rotation):
+    "The rotation's signs as a device constant (float32), built once per rotation"
+    key = ('signs', id(rotation))
+    if key not in _CONST: _CONST[key] = (rotation, device_constant(np.array(rotation.signs.astype(mx.float32))))
+    return _CONST[key][1]
+
+def _ones():
+    "The signs input of a launch whose rotation is applied outside the kernel (not read)"
+    if ('ones',) not in _CONST: _CONST[('ones',)] = (None, device_constant(np.ones(1, np.float32)))
+    return _CONST[('ones',)][1]
 
 def _rows(rows):
     key = ('rows', rows)
-    if key not in _CONST: _CONST[key] = (None, mx.array([rows], dtype=mx.int32))
+    if key not in _CONST: _CONST[key] = (None, device_constant(np.array([rows], np.int32)))
     return _CONST[key][1]
 
 _QLAUNCH = {}
@@ -294,7 +318,7 @@ def _q_launch(shape, rotation, codebook, backend):
             template=[("N", n), ("BITS", bits), ("W", W), ("E", E), ("ROTATE", rotate), ("WARPS", _WARPS)],
             grid=(-(-rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
             output_shapes=[(*lead, W), (*lead, 1)], output_dtypes=[mx.uint32, mx.float16]),
-            [rotation.signs if rotate else mx.ones((1,), dtype=mx.float32), _scaled(codebook, n, 'boundaries'), _rows(rows)])
+            [_signs_of(rotation) if rotate else _ones(), _scaled(codebook, n, 'boundaries'), _rows(rows)])
     return got
 
 def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
