@@ -924,7 +924,7 @@ def _mma_shared_bytes(kplan, vplan, G):
 LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
-LPCH_MIN = 1024          # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block
+LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
