@@ -356,7 +356,7 @@ def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
     if not hasattr(plan, '_tab'):
         t = [b.table for b in plan.bands if b.table is not None]
-        plan._tab = device_constant(np.concatenate([np.array(x, np.float32) for x in t]) if t else np.zeros(1, np.float32))
+        plan._tab = device_constant(np.concatenate([np.array(x, np.float32) for x in t]) if t else np.zeros(1, np.float32), keep_length=bool(t))
     return plan._tab
 
 def _finish_kind(plan):

@@ -270,21 +270,23 @@ def _kernel(backend, op):
 _CONST = {}
 DEVICE_CONSTANTS = True   # False (benches only): constant kernel inputs made from host values, as before 2026-11-25
 
-def device_constant(x):
-    """A constant input of the custom kernels as an array an op made, padded to at least 16 bytes. On CUDA, MLX puts
+def device_constant(x, keep_length=False):
+    """A constant input of the custom kernels as an array an op made, in a buffer of at least 16 bytes. On CUDA, MLX puts
     arrays of at most 8 bytes in one managed-memory pool that every new host scalar is written into, and an array made
     from host values lives in managed memory the host wrote: a kernel reading either can wait on a page migration
-    (Nsight Compute, H100, 2026-11-25: 42% of the 4K decode kernel's warp time at its first loads). An op's output of
-    16 bytes or more is memory the host never touches"""
+    (03a, "Constant inputs made on the device"). An op's output of 16 bytes or more is memory the host never touches.
+    Shorter constants are padded with zeros, or with `keep_length` returned as a view of their first values"""
     x = np.asarray(x).reshape(-1)
     if not DEVICE_CONSTANTS: return mx.array(x)   # benches only: the arrays as made from host values (before 2026-11-25)
-    if x.size < 4: x = np.concatenate([x, np.zeros(4 - x.size, x.dtype)])
-    return mx.array(x) + 0
+    n = x.size
+    if n * x.itemsize < 16: x = np.concatenate([x, np.zeros(-(-16 // x.itemsize) - n, x.dtype)])
+    c = mx.array(x) + 0
+    return c[:n] if keep_length and c.size != n else c
 
 def _scaled(codebook, n, which):
     "codebook.<which> scaled for dim n, built once per (codebook, n): no extra kernel per decode step"
     key = (id(codebook), n, which)
-    if key not in _CONST: _CONST[key] = (codebook, device_constant(np.asarray(getattr(codebook, which), np.float32) * np.float32(codebook_scale(codebook, n))))
+    if key not in _CONST: _CONST[key] = (codebook, device_constant(np.asarray(getattr(codebook, which), np.float32) * np.float32(codebook_scale(codebook, n)), keep_length=True))
     return _CONST[key][1]
 
 def _signs_of(rotation):

@@ -171,12 +171,15 @@ _NPTYPES = {'uint32_t': np.uint32, 'int32_t': np.int32, 'float': np.float32}
 
 def _ctype(dtype): return _CTYPES[str(dtype).split('.')[-1]]
 
+TINY_INPUTS = []   # (kernel, input, bytes) of every input of at most 8 bytes the stand-in was given: on CUDA, MLX's managed small-block pool
+
 def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True, shared_memory=0):
     """Stand-in for `mx.fast.cuda_kernel` that runs the kernel here, eagerly: inputs as numpy (half precision read as
     float32, which the emulated kernels compute in anyway), template constants as MLX writes them (`constexpr` lines),
     half-precision outputs rounded from float32 as the device's conversion rounds. Lets the host code that launches the
     kernels (argument order, grids, shapes, strides) run unchanged on a machine without a GPU."""
     def call(*, inputs, grid, threadgroup, output_shapes, output_dtypes, template=(), init_value=None, verbose=False, stream=None):
+        TINY_INPUTS.extend((name, n, x.nbytes) for n, x in zip(input_names, inputs) if x.nbytes <= 8)
         arrs = [np.array(x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x) for x in inputs]
         if ensure_row_contiguous: arrs = [np.ascontiguousarray(a) for a in arrs]
         head = ''.join(f"constexpr bool {k} = {'true' if v else 'false'};\n" if isinstance(v, bool) else

@@ -158,6 +158,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK'): monkeypatch.setattr(A, nm, {})
     for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH'): monkeypatch.setattr(P, nm, {})
     served = []
+    E.TINY_INPUTS.clear()
     orig_fast = A._fast_final
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     dt = getattr(mx, dtype)
@@ -177,6 +178,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
+    assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
     # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
     kp, vp = A.side_plan(cache.k_codec, D), A.side_plan(cache.v_codec, D)
     n = k.n_quantized
