@@ -185,14 +185,14 @@ contexts = [int(x) for x in args.contexts.split(',')]
 
 from mlx_kvq import attention_kernels as _AK
 AK_DEFAULT = dict(MMA=_AK.MMA, TP=_AK.TPK, NST=_AK.NST, U=_AK.U, UV=_AK.UV, CH_MAX=_AK.CH_MAX, BLOCKS=_AK.BLOCKS, LEAN=_AK.LEAN, PF=_AK.PF, REP=_AK.REP, LPCH=_AK.LPCH, KACC=_AK.KACC, STG=_AK.STG,
-                  CONLINE=_AK.CONLINE, CU=_AK.CU, LPCH_MIN=_AK.LPCH_MIN)
+                  CONLINE=_AK.CONLINE, CU=_AK.CU, LPCH_MIN=_AK.LPCH_MIN, PSUM=_AK.PSUM)
 
 def set_variant(v):
     "Kernel variant for the next calls: ('mma', TPK = TPV, CH_MAX, BLOCKS, NST) = the tensor-core kernel, ('simt', U, UV, CH_MAX, BLOCKS) = the SIMT kernel"
     from mlx_kvq import attention_kernels as AK
     AK.VEC, AK._DIAG, AK.SCAL, AK.CLAMP, AK.PCH, AK.LB = False, None, False, False, 1, 0
     AK.LEAN, AK.PF, AK.REP, AK.LPCH, AK.KACC, AK.STG = False, AK_DEFAULT['PF'], AK_DEFAULT['REP'], AK_DEFAULT['LPCH'], AK_DEFAULT['KACC'], AK_DEFAULT['STG']   # lean loops only where a variant names them
-    AK.CONLINE, AK.CU, AK.LPCH_MIN = AK_DEFAULT['CONLINE'], AK_DEFAULT['CU'], AK_DEFAULT['LPCH_MIN']
+    AK.CONLINE, AK.CU, AK.LPCH_MIN, AK.PSUM = AK_DEFAULT['CONLINE'], AK_DEFAULT['CU'], AK_DEFAULT['LPCH_MIN'], AK_DEFAULT['PSUM']
     if v[0] == 'mma':
         AK.MMA, AK.TPK, AK.TPV, AK.CH_MAX, AK.BLOCKS, AK.NST = True, v[1], v[1], v[2], v[3], v[4]
     else: AK.MMA, (AK.U, AK.UV, AK.CH_MAX, AK.BLOCKS) = False, v[1:5]

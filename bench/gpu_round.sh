@@ -7,6 +7,7 @@
 #       layer  (one layer, 4K / 32K / 128K, every scheme vs fp16 SDPA: about 1 min)
 #       model  (whole Llama-3.2-1B-shaped model at 32K and 128K, fp16 / turbo:4 / affine:4 / affine:8,4, 3 rounds)
 #       ncu    (Nsight Compute stall profiles of the decode and combine kernels at 4K and 128K, bench/ncu_stalls.sh)
+#       variants (one layer, the defaults against PSUM=True and the previous combine, side by side: about 1.5 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
@@ -18,5 +19,8 @@ case $part in
            --no-ablations --out "$O" > "$O/run.log" 2>&1; grep -E "^\| [0-9]" "$O/run.log" | tail -8 ;;
   ncu)   mkdir -p "$O/4k" "$O/128k"; timeout 270 bash bench/ncu_stalls.sh "$O/4k" 4096 > /dev/null 2>&1
          timeout 270 bash bench/ncu_stalls.sh "$O/128k" 131072 > /dev/null 2>&1; grep -h "Duration" "$O"/*/stall_*_details.txt ;;
-  *) echo "unknown part $part (check | steps | layer | model | ncu)"; exit 2 ;;
+  variants) KVQ_VARIANTS="[('mma',1,1024,900,0,DEFAULT_LEAN), ('mma',1,1024,900,0,DEFAULT_LEAN+(('PSUM',True),)), ('mma',1,1024,900,0,DEFAULT_LEAN+(('CONLINE',False),))]" \
+           timeout 500 python3 bench/check_fused_cuda.py --quick --only variants --variant-contexts 4096,32768,131072 --out "$O" > "$O/run.log" 2>&1
+           grep -E "^context|^mma" "$O/run.log" ;;
+  *) echo "unknown part $part (check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP',
-           'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'STG', 'PF', 'REP']
+           'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -473,7 +473,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -925,6 +925,7 @@ LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
 LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
+PSUM = False             # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
@@ -1150,7 +1151,7 @@ def _lean_values(vplan, G, rep):
     stg = 'v' in _STAGED
     decl, load, tile = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of,
                                         {str(e): f"(sw + (4 * tig + {e}) * {_stage_row(vplan)})" for e in range(4)} if stg else None)
-    bands, acc_out = [], []
+    bands, acc_out, slab_out = [], [], []
     MT = 0
     for i, b in enumerate(vplan.bands):
         ns = vsl[i]; Rv = 4 * ns; aff = b.table is None
@@ -1170,6 +1171,7 @@ def _lean_values(vplan, G, rep):
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1); KVQ_MMA(acc[{MT}], a, bl0, bl1); }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
+            slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1
         body.append("}")
         bands.append("{\n                " + "\n                ".join(body) + "\n            }")
@@ -1182,15 +1184,33 @@ def _lean_values(vplan, G, rep):
         float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
         {_lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v')}
-        for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
+        {_warp_sums(acc_out, slab_out, VNS, G)}
+    }}
+"""
+
+def _psum_ok(VNS, G):
+    "Whether the warps' partial sums fit the score buffer side by side (PSUM): one slab of G x VDP floats per warp"
+    return _NW * 32 * VNS <= _chmax(G)
+
+def _warp_sums(acc_out, slab_out, VNS, G):
+    """Source: the block's partial output from its warps' accumulators. PSUM (where `_psum_ok`): every warp writes its
+    own slab of the score buffer at once (free once all warps are past the value loop), then every thread sums the
+    slabs for its outputs: three barriers, all warps busy between them. Else the warps add into `red` one after another
+    (four barriers, one warp busy between each)"""
+    VDP = 32 * VNS
+    if PSUM and _psum_ok(VNS, G):
+        return f"""KVQ_SYNC();   // every warp is past the value loop: the score buffer is free
+        {chr(10).join('        ' + x for x in slab_out).strip()}
+        KVQ_SYNC();
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
+        KVQ_SYNC();   // the slabs read before the next chunk's scores overwrite them"""
+    return f"""for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
                 {chr(10).join('                ' + x for x in acc_out).strip()}
             }}
             KVQ_SYNC();
         }}
-        for (int i = tid; i < G * {32 * VNS}; i += {NT}) o[((long)r * S + sp) * G * {32 * VNS} + i] = red[i];
-    }}
-"""
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = red[i];"""
 
 def _lean_body(kplan, vplan, G, qprep):
     "The tensor-core kernel with the lean loops"

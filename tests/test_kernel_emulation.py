@@ -127,6 +127,20 @@ def test_combine_catches_a_wrong_transform(monkeypatch):
     monkeypatch.setattr(AK, '_combine_online', lambda *a: orig(*a).replace('y += (t & 1) ? -z : z;', 'y += (t & 2) ? -z : z;'))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
+def test_parallel_warp_sums(monkeypatch):
+    "The warps' partial outputs summed in parallel from slabs of the score buffer (PSUM), one or two chunks per block, masked: the same attention"
+    monkeypatch.setattr(AK, 'LEAN', True); monkeypatch.setattr(AK, 'PSUM', True); monkeypatch.setattr(AK, 'LPCH_MIN', 0)
+    for pch, (name, kc, vc, B, Hkv, G, D, n) in ((2, E.CASES[0]), (1, E.CASES[3]), (2, E.CASES[4]), (1, E.CASES[1])):
+        monkeypatch.setattr(AK, 'LPCH', pch)
+        if kc is None: kc, vc = E.calibrated_pair(D)
+        vsl = AK._side_layout(A.side_plan(vc, D))[0]
+        assert AK._psum_ok(sum(vsl), G) and 'every warp is past the value loop' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
+        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pch)
+    orig = AK._warp_sums                   # not vacuous: one warp's slab subtracted instead of added is caught
+    monkeypatch.setattr(AK, '_warp_sums', lambda *a: orig(*a).replace(' + sc[3 * G', ' - sc[3 * G'))
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
+    assert E.check(kc, vc, B, Hkv, G, D, n, True) > 1e-2
+
 def test_variants(monkeypatch):
     "Two tokens per thread (U=2) and short chunks (many blocks, partial last chunk) compute the same attention (SIMT kernel)"
     monkeypatch.setattr(AK, 'MMA', False)
