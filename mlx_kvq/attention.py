@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -326,10 +326,6 @@ def _get_combine(backend, finish):
 def _pad_to(x, n):
     return x if x.shape[-1] == n else mx.concatenate([x, mx.zeros((*x.shape[:-1], n - x.shape[-1]), dtype=x.dtype)], axis=-1)
 
-_META = {}
-def _meta(*v):
-    if v not in _META: _META[v] = mx.array(v, dtype=mx.int32)
-    return _META[v]
 
 META_ROWS = 256         # decode steps whose `meta` rows are made at once as one device array (0: a host-made array per call)
 _META_TABLES = {}
@@ -348,8 +344,8 @@ def _step_meta(n, R, G, Hkv, has_mask, VDP):
     got = _META_TABLES.get(key)
     if got is None or not got[0] <= n < got[0] + META_ROWS:
         if len(_META_TABLES) > 256: _META_TABLES.clear()
-        rows = mx.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], dtype=mx.int32)
-        got = _META_TABLES[key] = (n, rows + 0)      # `+ 0`: an op, so the table is an output (device memory on a GPU)
+        rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
+        got = _META_TABLES[key] = (n, device_constant(rows).reshape(rows.shape))
     return got[1][n - got[0]]
 
 def _tables(plan):
@@ -370,7 +366,7 @@ def _finish_kind(plan):
 def _signs(plan):
     if not hasattr(plan, '_signs'):
         b = plan.bands[0]
-        plan._signs = device_constant(np.ones(b.n, np.float32) if b.rot is None else np.array(b.rot.signs.astype(mx.float32)))
+        plan._signs = device_constant(np.ones(b.n, np.float32)) if b.rot is None else _signs_of(b.rot)
     return plan._signs
 
 _SCALARS = {}
@@ -378,10 +374,12 @@ def _scalar(x):
     if x not in _SCALARS: _SCALARS[x] = device_constant(np.array([x], np.float32))
     return _SCALARS[x]
 
-_NO_MASK = []   # the placeholder (not read: meta says there is no mask)
+_NO_MASK = {}   # the placeholder (not read: meta says there is no mask)
 def _mask_input(mask, B, n):
     "The decode kernels' `mask` input: additive float32 (B, n), or a placeholder when there is no mask"
-    if mask is None: return _NO_MASK[0] if _NO_MASK else _NO_MASK.append(device_constant(np.zeros(1, np.int32))) or _NO_MASK[0]
+    if mask is None:
+        if not _NO_MASK: _NO_MASK[0] = device_constant(np.zeros(1, np.int32))
+        return _NO_MASK[0]
     mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
     return mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
 
