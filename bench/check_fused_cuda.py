@@ -125,6 +125,10 @@ for _mma in ((True, False) if 'check' in only else ()):
                 if bad: failures.append(tag)
                 if True:
                     log(f'{tag} {"mma" if _mma and _AKc._mma_ok(kp, vp, G) else "simt"} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
+    from mlx_kvq import packing as _P
+    for n_, bits_, why_ in _P.check_fused('cuda'):    # quantize (single and pair: keys and values of one update in one launch) / dequantize kernels
+        log(f'packing kernels dim {n_} bits {bits_}: {why_ or "agree"}')
+        if why_: failures.append(f'packing dim {n_} bits {bits_}: {why_}')
     log(f'cases failing: {len(failures)}; worst attend error {worst:.2e}')
     for f in failures: log('  FAIL', f)
 _AKc.MMA = True; A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()

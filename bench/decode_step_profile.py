@@ -6,6 +6,7 @@ cache's update and attention each cost (ablations that skip one of them; timing 
 Per scheme, with every cache layer filled to --context (as `mlx-kvq bench --whole-model`):
 - `pipelined`: tokens/s of mlx-lm's generate_step (graph of step n+1 built while step n runs);
 - `build ms`: Python time to build one step's graph (model call + argmax, nothing evaluated);
+- `submit ms`: the `mx.async_eval` call of that step (MLX walks the graph and launches its kernels on the host thread);
 - `sync ms`: one step built and evaluated before the next starts (no overlap);
 - `no attend` / `no update`: pipelined tokens/s with the caches' attention replaced by returning the queries, or with
   `update_and_fetch` returning the already-filled cache unchanged (no encode, no write);
@@ -44,8 +45,12 @@ def pipelined(model, caches, steps, warmup=3):
 
 
 def build_and_sync(model, caches, steps, prof=None):
+    """(build, submit, sync) ms per step, one step at a time: `build` the Python graph building, `submit` the
+    `mx.async_eval` call (MLX walks the graph and launches every kernel on the host thread), `sync` build + submit + the
+    wait for the result. In the pipelined loop the host pays build + submit per step while the GPU runs the previous
+    step, so a step costs about max(build + submit, GPU time)."""
     y = mx.array([[1]])
-    build = sync = 0.0
+    build = submit = sync = 0.0
     for i in range(steps):
         t0 = time.perf_counter()
         if prof: prof.enable()
@@ -53,11 +58,13 @@ def build_and_sync(model, caches, steps, prof=None):
         nxt = mx.argmax(logits[:, -1, :], axis=-1, keepdims=True)
         if prof: prof.disable()
         t1 = time.perf_counter()
-        mx.eval(nxt)
+        mx.async_eval(nxt)
         t2 = time.perf_counter()
-        build += t1 - t0; sync += t2 - t0
+        mx.eval(nxt)
+        t3 = time.perf_counter()
+        build += t1 - t0; submit += t2 - t1; sync += t3 - t0
         y = nxt
-    return 1e3 * build / steps, 1e3 * sync / steps
+    return 1e3 * build / steps, 1e3 * submit / steps, 1e3 * sync / steps
 
 
 def rounds(a, model, shapes, dtype, head, out):
@@ -73,7 +80,8 @@ def rounds(a, model, shapes, dtype, head, out):
         tps = {kv: [] for kv in a.kv}
         for r in range(a.rounds):
             for kv in a.kv: tps[kv].append(pipelined(model, sets[kv], a.steps))
-            print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()})), flush=True)
+            host = {kv: [round(x, 2) for x in build_and_sync(model, sets[kv], 8)] for kv in a.kv} if a.host else None
+            print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()}, host_build_submit_sync_ms=host)), flush=True)
         for kv in a.kv:
             rat = [x / f for x, f in zip(tps[kv], tps.get("fp16", tps[kv]))]
             res.append(dict(context=context, scheme=kv, tps=tps[kv], ratios=rat))
@@ -95,6 +103,8 @@ def main():
     p.add_argument("--rounds", type=int, default=0,
                    help="instead of the profile: fill every scheme's caches, then R rounds each timing every scheme once in turn "
                         "(pipelined tok/s); medians and per-round ratios to fp16")
+    p.add_argument("--host", action="store_true", help="with --rounds: also 8 steps one at a time per scheme and round, printed as "
+                   "host_build_submit_sync_ms (build / submit / sync ms per step, as the profile's columns)")
     p.add_argument("--out", default="/tmp/decode_step_profile")
     p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default=None, help="model dtype (default: float16 on a GPU, float32 on the CPU)")
     a = p.parse_args()
@@ -111,7 +121,7 @@ def main():
         for kv in a.kv:
             caches, fetched = filled(model, kv, context, dtype, shapes)
             r = dict(context=context, scheme=kv, pipelined=pipelined(model, caches, a.steps))
-            r["build_ms"], r["sync_ms"] = build_and_sync(model, caches, a.steps)
+            r["build_ms"], r["submit_ms"], r["sync_ms"] = build_and_sync(model, caches, a.steps)
             prof = cProfile.Profile() if kv != "fp16" else None
             if prof:
                 build_and_sync(model, caches, 16, prof)
@@ -131,11 +141,11 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     md = [f"# Decode step profile: {head}", "", f"Command: `python3 bench/decode_step_profile.py {' '.join(sys.argv[1:])}`", "",
-          "| context | scheme | pipelined tok/s | build ms | sync ms | no update tok/s | no attend tok/s |",
-          "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+          "| context | scheme | pipelined tok/s | build ms | submit ms | sync ms | no update tok/s | no attend tok/s |",
+          "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     f = lambda v, s: "-" if v is None else format(v, s)
     for r in rows:
-        md.append(f"| {r['context']:,} | {r['scheme']} | {r['pipelined']:.1f} | {r['build_ms']:.2f} | {r['sync_ms']:.2f} | "
+        md.append(f"| {r['context']:,} | {r['scheme']} | {r['pipelined']:.1f} | {r['build_ms']:.2f} | {r['submit_ms']:.2f} | {r['sync_ms']:.2f} | "
                   f"{f(r.get('no_update'), '.1f')} | {f(r.get('no_attend'), '.1f')} |")
     (out / "decode_step_profile.md").write_text("\n".join(md) + "\n")
     (out / "decode_step_profile.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))

@@ -2,7 +2,8 @@
 # The GPU measurements of issue 12 in parts that each fit one device call (<= 600 s; durations seen on an H100 on
 # 2026-11-25), run after the two staging calls of ../shared/gpu/README.md:
 #   export PYTHONPATH=/tmp/site:$PWD && bash bench/gpu_round.sh PART $OUT
-# PART: check  (check_fused_cuda's check section, every configuration vs the reference: about 5 min)
+# PART: checks (check and steps at once, in parallel: their time is mostly NVRTC compiling on the host's cores)
+#       check  (check_fused_cuda's check section, every configuration vs the reference: about 5 min)
 #       steps  (decode steps through the caches and the memoized launchers, 37 configurations: about 4 min)
 #       layer  (one layer, 4K / 32K / 128K, every scheme vs fp16 SDPA: about 1 min)
 #       model  (whole Llama-3.2-1B-shaped model at 32K and 128K, fp16 / turbo:4 / affine:4 / affine:8,4, 3 rounds)
@@ -13,14 +14,18 @@ set -u
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
 case $part in
   check) timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O" > "$O/run.log" 2>&1; tail -3 "$O/run.log" ;;
+  checks) mkdir -p "$O/check" "$O/steps"
+         timeout 570 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout 570 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log" ;;
   steps) timeout 560 python3 bench/check_decode_steps.py --out "$O" > "$O/run.log" 2>&1; tail -2 "$O/run.log" ;;
   layer) timeout 300 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/run.log" 2>&1; grep -v "^#" "$O/run.log" | tail -5 ;;
-  model) timeout 560 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 affine:8,4 --rounds 3 --steps 24 \
-           --no-ablations --out "$O" > "$O/run.log" 2>&1; grep -E "^\| [0-9]" "$O/run.log" | tail -8 ;;
+  model) timeout 560 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 affine:8,4 --rounds 3 --steps 24 --host \
+           --no-ablations --out "$O" > "$O/run.log" 2>&1; grep -E "^\\| [0-9]|^\\{" "$O/run.log" | tail -16 ;;
   ncu)   mkdir -p "$O/4k" "$O/128k"; timeout 270 bash bench/ncu_stalls.sh "$O/4k" 4096 > /dev/null 2>&1
          timeout 270 bash bench/ncu_stalls.sh "$O/128k" 131072 > /dev/null 2>&1; grep -h "Duration" "$O"/*/stall_*_details.txt ;;
   variants) KVQ_VARIANTS="[('mma',1,1024,900,0,DEFAULT_LEAN), ('mma',1,1024,900,0,DEFAULT_LEAN+(('PSUM',True),)), ('mma',1,1024,900,0,DEFAULT_LEAN+(('CONLINE',False),))]" \
            timeout 500 python3 bench/check_fused_cuda.py --quick --only variants --variant-contexts 4096,32768,131072 --out "$O" > "$O/run.log" 2>&1
            grep -E "^context|^mma" "$O/run.log" ;;
-  *) echo "unknown part $part (check | steps | layer | model | ncu | variants)"; exit 2 ;;
+  *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -55,7 +55,7 @@ class BatchQuantizedKVCache(BatchKVCache):
     def update_and_fetch(self, keys, values):
         check_update(self, keys, values)
         if self.keys is None: self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
-        k, v = Parts(self.k_codec.encode(keys)), Parts(self.v_codec.encode(values))
+        k, v = (Parts(p) for p in self.k_codec.encode_pair(self.v_codec, keys, values))
         prev, S = self._idx, keys.shape[2]
         if self.keys is not None: _check_shapes([self.keys, k], "extend")
         if self.keys is None or prev + S > self.keys.shape[2]:     # grow in the codec layout, as BatchKVCache does
@@ -231,7 +231,7 @@ class BatchQuantizedRotatingKVCache(BatchRotatingKVCache):
     def update_and_fetch(self, keys, values):
         check_update(self, keys, values)
         if self.keys is None: self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
-        k, v = Parts(self.k_codec.encode(keys)), Parts(self.v_codec.encode(values))
+        k, v = (Parts(p) for p in self.k_codec.encode_pair(self.v_codec, keys, values))
         if self.keys is not None: _check_shapes([self.keys, k], "extend")
         return BatchRotatingKVCache.update_and_fetch(self, k, v)
 

@@ -26,6 +26,9 @@ class Codec:
     "One side (keys or values) of a quantized KV cache; every part keeps the token axis at -2"
     name = None
     def encode(self, x): raise NotImplementedError
+    def encode_pair(self, other, keys, values):
+        "(self.encode(keys), other.encode(values)): both sides of one cache update (codecs that quantize both in one launch override it)"
+        return self.encode(keys), other.encode(values)
     def decode(self, parts, dtype=mx.float32): raise NotImplementedError
     def bytes_per_token(self, dim): raise NotImplementedError
     def config(self): raise NotImplementedError

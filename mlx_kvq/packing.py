@@ -18,8 +18,9 @@ from .rotation import get_rotation
 # %% auto #0
 __all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale',
            'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'device_constant',
-           'fused_quantize_pack', 'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode',
-           'dequantize_unpack_lut', 'quantize_pack', 'dequantize_unpack', 'check_fused']
+           'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
+           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
+           'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -118,12 +119,32 @@ def dequantize_unpack_ref(words, norms, codebook, n):
 MAX_FUSED_DIM = 1024   # one warp per vector, at most 32 coordinates per lane
 _WARPS = 4             # vectors per thread block
 
-_Q_CUDA = r"""
+_Q_HEAD_CUDA = r"""
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int row = blockIdx.x * WARPS + warp;
     __shared__ unsigned char sc[WARPS][N];
     if (row >= meta[0]) return;
+"""
+
+# keys and values of one update in one launch: warps 0 .. meta[0]-1 take key rows, the next meta[0] value rows; each
+# warp points x, signs, bnd, words, norms at its side's arrays and then runs the same body
+_Q_PAIR_HEAD_CUDA = r"""
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int pr = blockIdx.x * WARPS + warp;
+    __shared__ unsigned char sc[WARPS][N];
+    if (pr >= 2 * meta[0]) return;
+    const bool sv = pr >= meta[0];
+    const int row = sv ? pr - meta[0] : pr;
+    const auto* x = sv ? xv : xk;
+    const auto* signs = sv ? sgv : sgk;
+    const auto* bnd = sv ? bnv : bnk;
+    auto* words = sv ? wv : wk;
+    auto* norms = sv ? nv : nk;
+"""
+
+_Q_BODY_CUDA = r"""
     const auto* xr = x + (size_t)row * N;   // the model's dtype (float32 / float16 / bfloat16), read as float
     float v[E];
     if (ROTATE) {
@@ -168,6 +189,7 @@ _Q_CUDA = r"""
     }
     if (lane == 0) norms[row] = __float2half_rn(nrm);   // stored float16, rounded as astype(float16) rounds
 """
+_Q_CUDA, _Q_PAIR_CUDA = _Q_HEAD_CUDA + _Q_BODY_CUDA, _Q_PAIR_HEAD_CUDA + _Q_BODY_CUDA
 
 _D_CUDA = r"""
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -260,10 +282,12 @@ def _kernel(backend, op):
     "Build (once) the custom kernel object for `op` on `backend`"
     key = backend, op
     if key not in _KERNELS:
-        src = {("cuda", "q"): _Q_CUDA, ("cuda", "d"): _D_CUDA, ("metal", "q"): _Q_METAL, ("metal", "d"): _D_METAL}[key]
-        ins, outs = (["x", "signs", "bnd", "meta"], ["words", "norms"]) if op == "q" else (["words", "norms", "cent", "meta"], ["out"])
+        src = {("cuda", "q"): _Q_CUDA, ("cuda", "qp"): _Q_PAIR_CUDA, ("cuda", "d"): _D_CUDA, ("metal", "q"): _Q_METAL, ("metal", "d"): _D_METAL}[key]
+        ins, outs = {"q": (["x", "signs", "bnd", "meta"], ["words", "norms"]),
+                     "qp": (["xk", "xv", "sgk", "sgv", "bnk", "bnv", "meta"], ["wk", "nk", "wv", "nv"]),
+                     "d": (["words", "norms", "cent", "meta"], ["out"])}[op]
         make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _KERNELS[key] = make(name=f"mlx_kvq_{'quantize_pack' if op == 'q' else 'dequantize_unpack'}",
+        _KERNELS[key] = make(name=f"mlx_kvq_{dict(q='quantize_pack', qp='quantize_pack_pair', d='dequantize_unpack')[op]}",
                              input_names=ins, output_names=outs, source=src)
     return _KERNELS[key]
 
@@ -331,6 +355,37 @@ def fused_quantize_pack(x, rotation, codebook, backend="cuda"):
     _, _, rotate, launch, consts = _q_launch(x.shape, rotation, codebook, backend)
     y = x if rotate else rotation.forward(x)
     return _kernel(backend, "q")(inputs=[y, *consts], **launch)
+
+def _pairs(rotation, n):
+    "Whether the pair kernel takes this side: the rotation applied in the kernel (one sign-flipped Walsh-Hadamard block)"
+    return rotation.path == "hadamard" and rotation.m == 1 and 32 <= n <= MAX_FUSED_DIM
+
+_QPLAUNCH = {}
+def _qp_launch(shape, rk, ck, rv, cv, backend):
+    "The fixed arguments of one pair launch (keys and values of one update), built once per configuration"
+    key = (shape, id(rk), id(ck), id(rv), id(cv), backend)
+    got = _QPLAUNCH.get(key)
+    if got is None:
+        if len(_QPLAUNCH) > 4096: _QPLAUNCH.clear()
+        n, bits = shape[-1], ck.bits
+        lead = shape[:-1]; rows = math.prod(lead); W = packed_words(n, bits)
+        got = _QPLAUNCH[key] = ((rk, ck, rv, cv), dict(
+            template=[("N", n), ("BITS", bits), ("W", W), ("E", n // 32), ("ROTATE", True), ("WARPS", _WARPS)],
+            grid=(-(-2 * rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+            output_shapes=[(*lead, W), (*lead, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2),
+            [_signs_of(rk), _signs_of(rv), _scaled(ck, n, 'boundaries'), _scaled(cv, n, 'boundaries'), _rows(rows)])
+    return got
+
+def fused_quantize_pack_pair(xk, rk, ck, xv, rv, cv, backend="cuda"):
+    """`fused_quantize_pack` of keys `xk` and values `xv` (same shape and dtype, codebooks of one width, rotations the
+    kernel applies) in one launch (CUDA): ((key words, key norms), (value words, value norms)). A decode step launches
+    one quantize kernel per layer instead of two."""
+    if xk.shape != xv.shape or xk.dtype != xv.dtype or ck.bits != cv.bits or not (_pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])):
+        raise ValueError("the pair kernel takes keys and values of one shape and dtype, codebooks of one width and "
+                         "Walsh-Hadamard rotations of one block; quantize them with two quantize_pack calls")
+    _, launch, consts = _qp_launch(xk.shape, rk, ck, rv, cv, backend)
+    wk, nk, wv, nv = _kernel(backend, "qp")(inputs=[xk, xv, *consts], **launch)
+    return (wk, nk), (wv, nv)
 
 def fused_dequantize_unpack(words, norms, codebook, n, backend="cuda"):
     "Fused unpack-and-dequantize on `backend`; same output as `dequantize_unpack_ref`"
@@ -473,6 +528,41 @@ def _guard(op, backend):
                                          dequantize_unpack_ref, _d_class, _agree_dequantize)
     return _GUARDS[key]
 
+def _qp_class(xk, rk, ck, xv, rv, cv): return _q_class(xk, rk, ck), _q_class(xv, rv, cv)
+def _qp_reference(xk, rk, ck, xv, rv, cv): return quantize_pack_ref(xk, rk, ck), quantize_pack_ref(xv, rv, cv)
+def _agree_pair(out, ref, xk, rk, ck, xv, rv, cv):
+    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
+    why = _agree_quantize(out[0], ref[0], xk, rk, ck)
+    return None if why is None and (why := _agree_quantize(out[1], ref[1], xv, rv, cv)) is None else f"{why} (pair kernel)"
+
+_PGUARDS = {}
+def _pair_guard(backend):
+    if backend not in _PGUARDS:
+        _PGUARDS[backend] = GuardedKernel(f"{backend} quantize_pack pair", lambda *a: fused_quantize_pack_pair(*a, backend=backend),
+                                          _qp_reference, _qp_class, _agree_pair)
+    return _PGUARDS[backend]
+
+_PREADY = {}
+def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
+    """(`quantize_pack`(xk, rk, ck), `quantize_pack`(xv, rv, cv)): keys and values of one cache update. On CUDA, where both
+    sides fit the pair kernel (same shape and dtype, codebooks of one width, rotations applied in the kernel), one launch
+    verified on first use like the others; elsewhere two `quantize_pack` calls."""
+    if kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array):
+        key = (xk.shape, xv.shape, xk.dtype, xv.dtype, id(rk), id(ck), id(rv), id(cv))
+        got = _PREADY.get(key)
+        if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
+            return fused_quantize_pack_pair(xk, rk, ck, xv, rv, cv)
+        if (xk.shape == xv.shape and xk.dtype == xv.dtype and xk.size and ck.bits == cv.bits
+                and _pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])):
+            _check_x(xk, rk); _check_x(xv, rv); codebook_scale(ck, xk.shape[-1]); codebook_scale(cv, xv.shape[-1])
+            guard = _pair_guard("cuda")
+            out = guard(xk, rk, ck, xv, rv, cv)
+            if guard.state.get(_qp_class(xk, rk, ck, xv, rv, cv)) is True:
+                if len(_PREADY) > 4096: _PREADY.clear()
+                _PREADY[key] = (rk, ck, rv, cv)
+            return out
+    return quantize_pack(xk, rk, ck), quantize_pack(xv, rv, cv)
+
 _QREADY = {}
 def quantize_pack(x, rotation, codebook):
     "Quantize x (..., n): (words uint32 (..., packed_words(n, bits)), norms float16 (..., 1)); fused kernel when verified"
@@ -517,4 +607,11 @@ def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3),
                 why = _agree_dequantize(fd, dequantize_unpack_ref(*ref, cb, n), *ref, cb, n)
         except Exception as e: why = f"{type(e).__name__}: {str(e)[:200]}"
         out.append((n, bits, why))
+        if backend == "cuda" and _pairs(rot, n):          # keys and values of one update in one launch
+            rv = get_rotation(n, seed=100 + i); xv = mx.random.normal((*rows, n)).astype(mx.float16)
+            try:
+                args = (x.astype(mx.float16), rot, cb, xv, rv, cb)
+                why = _agree_pair(fused_quantize_pack_pair(*args, backend=backend), _qp_reference(*args), *args)
+            except Exception as e: why = f"{type(e).__name__}: {str(e)[:200]}"
+            out.append((n, bits, why))
     return out

@@ -68,7 +68,7 @@ class CodecKVCache(_BaseCache):
     def _n_tail(self): return 0 if self.tail_keys is None else self.tail_keys.shape[-2]
 
     def _append_quantized(self, keys, values):
-        kp, vp = self.k_codec.encode(keys), self.v_codec.encode(values)
+        kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)
         n, prev = keys.shape[-2], self.n_quantized
         cap = 0 if self.keys is None else self.keys[0].shape[-2]
         if prev + n > cap:

@@ -12,7 +12,7 @@ from fastcore.basics import patch_to
 
 from .codebook import sphere_codebook
 from .rotation import get_rotation
-from .packing import packed_words, quantize_pack, dequantize_unpack, lookup_decode
+from .packing import packed_words, quantize_pack, quantize_pack_pair, dequantize_unpack, lookup_decode
 from .codecs import Codec, register_codec
 
 # %% auto #0
@@ -67,6 +67,15 @@ def encode(self, x):
     "(B, H, L, D) -> (words uint32 (B, H, L, W), norms float16 (B, H, L, 1))"
     self.check_dim(x.shape[-1])
     return quantize_pack(x, self.rotation, self.codebook)
+
+@patch_to(TurboCodec)
+def encode_pair(self, other, keys, values):
+    """Keys by this codec and values by `other`: on CUDA one quantize launch for both where `other` is a TurboCodec of
+    the same width (`quantize_pack_pair`: a decode step pays one kernel per layer, not two); else two `encode` calls"""
+    if type(self) is not TurboCodec or type(other) is not TurboCodec or other.bits != self.bits:
+        return self.encode(keys), other.encode(values)
+    self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
+    return quantize_pack_pair(keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
 
 @patch_to(TurboCodec)
 def decode_rotated(self, parts, dtype=mx.float32):

@@ -167,10 +167,14 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     from mlx_kvq.codecs import AffineCodec, codec_attention
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.turboquant import TurboQuantKVCache
-    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
+    launched = []
+    def recording(name, *a, **kw):
+        k = E.cuda_kernel(name, *a, **kw)
+        return lambda **call: launched.append(name) or k(**call)
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', recording, raising=False)
     for mod in (A, P): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
     for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK'): monkeypatch.setattr(A, nm, {})
-    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH'): monkeypatch.setattr(P, nm, {})
+    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH'): monkeypatch.setattr(P, nm, {})
     served = []
     E.TINY_INPUTS.clear()
     orig_fast = A._fast_final
@@ -201,9 +205,45 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     ref = A._final_reference(q, kp, vp, k.parts, v.parts, full, n, D ** -0.5)
     assert A._agree_final(out, ref) is None, A._agree_final(out, ref)
     if scheme.startswith('turbo'):               # codes written by the emulated quantize kernel = the reference quantizer's
-        ref_w, ref_n = P.quantize_pack_ref(ks, cache.k_codec.rotation, cache.k_codec.codebook)
-        w, nrm = cache.keys[0][..., :n0 + steps, :], cache.keys[1][..., :n0 + steps, :]
-        assert nrm.dtype == mx.float16 and mx.array_equal(nrm, ref_n).item()
-        b = cache.k_codec.bits
-        same = (P.unpack_ref(w, b, D) == P.unpack_ref(ref_w, b, D)).astype(mx.float32).mean().item()
-        assert same > 0.999, same
+        # keys and values of every update in one launch (the pair kernel), never one launch per side
+        assert 'mlx_kvq_quantize_pack_pair' in launched and 'mlx_kvq_quantize_pack' not in launched, set(launched)
+        for side, x, parts in ((cache.k_codec, ks, cache.keys), (cache.v_codec, vs, cache.values)):
+            ref_w, ref_n = P.quantize_pack_ref(x, side.rotation, side.codebook)
+            w, nrm = parts[0][..., :n0 + steps, :], parts[1][..., :n0 + steps, :]
+            assert nrm.dtype == mx.float16 and mx.array_equal(nrm, ref_n).item()
+            b = side.bits
+            same = (P.unpack_ref(w, b, D) == P.unpack_ref(ref_w, b, D)).astype(mx.float32).mean().item()
+            assert same > 0.999, same
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'float32'])
+def test_pair_quantize_kernel(dtype, monkeypatch):
+    """Keys and values of one update quantized in one launch (`packing.quantize_pack_pair`, CUDA): the emulated pair
+    kernel writes the reference quantizer's codes and norms for both sides (rows of each side spread over blocks that
+    straddle the side boundary: 3 x 5 rows per side, 4 warps per block); a pair kernel that gives the values the keys'
+    signs is refused by its first-use check, with one warning, and the reference answers."""
+    import warnings
+    import mlx.core as mx
+    from mlx_kvq import packing as P
+    from mlx_kvq.codebook import sphere_codebook
+    from mlx_kvq.rotation import get_rotation
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
+    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
+    dt = getattr(mx, dtype)
+    mx.random.seed(5)
+    xk, xv = mx.random.normal((3, 5, 1, 128)).astype(dt), (3 * mx.random.normal((3, 5, 1, 128))).astype(dt)
+    rk, rv, cb = get_rotation(128, 0), get_rotation(128, 1), sphere_codebook(128, 4)
+    for src, ok in ((P._Q_PAIR_CUDA, True), (P._Q_PAIR_CUDA.replace('sv ? sgv : sgk', 'sv ? sgk : sgv'), False)):
+        for nm in ('_KERNELS', '_PGUARDS', '_PREADY', '_QPLAUNCH'): monkeypatch.setattr(P, nm, {})
+        monkeypatch.setattr(P, '_Q_PAIR_CUDA', src)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter('always')
+            (wk, nk), (wv, nv) = P.quantize_pack_pair(xk, rk, cb, xv, rv, cb)
+        assert (len(got) == 0) == ok, [str(w.message) for w in got]
+        for w, nm, x, r in ((wk, nk, xk, rk), (wv, nv, xv, rv)):
+            rw, rn = P.quantize_pack_ref(x, r, cb)
+            assert mx.array_equal(nm, rn).item() and (P.unpack_ref(w, 4, 128) == P.unpack_ref(rw, 4, 128)).astype(mx.float32).mean().item() > 0.999
+        if ok:   # verified: later calls launch the pair kernel directly
+            assert P._PREADY and P.quantize_pack_pair(xk, rk, cb, xv, rv, cb)[1][1].shape == (3, 5, 1, 1)
+        else:
+            assert 'pair kernel' in str(got[0].message)

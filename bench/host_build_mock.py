@@ -1,0 +1,89 @@
+"""The host's Python cost of building one whole-model decode step, per cache scheme, for the GPU code path, measured on a
+machine without a GPU (this one: Linux x86_64, MLX CPU).
+
+    python3 bench/host_build_mock.py [--shape llama-3.2-1b] [--context 4096] [--steps 64] [--rounds 5] [--kv fp16 turbo:4 affine:4]
+
+Why: on the H100, a decode step of the Llama-3.2-1B shape is bound by the host (`bench/decode_step_profile.py --host`:
+building the step's graph in Python plus MLX submitting its kernels takes longer than the GPU needs to run them), so
+every microsecond of Python per layer counts. This script runs mlx_kvq's GPU path (`kernel_backend() == 'cuda'`, the
+memoized launchers of the decode kernels and of the quantize kernels) with `mx.fast.cuda_kernel` replaced by a stand-in
+whose call returns zero arrays of the kernel's output shapes, and times `model(token, cache)` + argmax graph building
+only (the step is evaluated outside the timed region, so the caches advance as in a real decode). fp16 is mlx-lm's own
+`KVCache` + `mx.fast.scaled_dot_product_attention`, built the same way.
+
+What it does not see: MLX's C++ work inside a real `cuda_kernel` call (it regenerates the kernel's full source per call)
+and the submit (`mx.async_eval`) cost per operation; those only the GPU shows. Ratios between schemes measured side by
+side in one run are the result; absolute times are this machine's."""
+import argparse, gc, platform, statistics as st, sys, time
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mlx_kvq import packing as P, attention as A
+from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
+from mlx_kvq.integrate import probe_kv_shapes
+
+
+def _stand_in(name, input_names, output_names, source, **kw):
+    "A `cuda_kernel` whose call makes zero outputs of the requested shapes (graph building only; nothing is launched)"
+    def call(inputs, grid, threadgroup, output_shapes, output_dtypes, template=None, init_value=None, verbose=False, stream=None):
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+    return call
+
+
+def gpu_path():
+    "Route mlx_kvq through its CUDA code path with the stand-in kernels; the first-use checks accept them"
+    mx.fast.cuda_kernel = _stand_in
+    P._GPU_API[:] = ['cuda']
+    for m in (P, A): m.kernel_backend = lambda: 'cuda'
+    P._agree_quantize = lambda *a: None
+    A._agree_final = lambda *a: None
+    A._agree_partial = lambda *a: None
+
+
+def build_ms(model, caches, steps):
+    "Mean ms per step of building model(token) + argmax (evaluated after each step, outside the timing)"
+    y = mx.array([[1]]); tot = 0.0
+    gc.collect()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        logits = model(y, cache=caches)
+        nxt = mx.argmax(logits[:, -1, :], axis=-1, keepdims=True)
+        tot += time.perf_counter() - t0
+        mx.eval(nxt, [c.state for c in caches])
+        y = nxt
+    return 1e3 * tot / steps
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="llama-3.2-1b")
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--kv", nargs="+", default=["fp16", "turbo:4", "affine:4"])
+    a = p.parse_args()
+    model = shape_model(a.shape, mx.float32)
+    shapes = probe_kv_shapes(model)
+    sets = {}
+    for kv in a.kv:   # filled by the CPU path (the reference codecs), before the stand-in is installed
+        caches = bench_caches(model, _bench_scheme(kv))
+        for i, c in enumerate(caches): _fill(c, shapes[str(i)][1][:3], a.context, mx.float32, 7919 * i)
+        sets[kv] = caches
+    gpu_path()
+    for kv in a.kv: build_ms(model, sets[kv], 4)        # first-use checks, launchers memoized
+    res = {kv: [] for kv in a.kv}
+    for r in range(a.rounds):
+        for kv in a.kv: res[kv].append(build_ms(model, sets[kv], a.steps))
+    print(f"# host build of one decode step, GPU code path with stand-in kernels: {a.shape} (random weights, float32), "
+          f"{a.context} tokens, {a.steps} steps x {a.rounds} rounds; {platform.system()} {platform.machine()}, MLX {mx.__version__}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("| scheme | build ms/step (median) | min-max | vs fp16 |\n| --- | ---: | ---: | ---: |")
+    f = st.median(res["fp16"]) if "fp16" in res else None
+    for kv in a.kv:
+        m = st.median(res[kv])
+        print(f"| {kv} | {m:.3f} | {min(res[kv]):.3f}-{max(res[kv]):.3f} | {'-' if f is None else format(m / f, '.2f') + 'x'} |")
+
+
+if __name__ == "__main__": main()
