@@ -17,7 +17,7 @@ case $part in
   checks) mkdir -p "$O/check" "$O/steps"
          timeout 570 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
          timeout 570 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-         tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log" ;;
+         tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"; grep -h "packing kernels" "$O/check/run.log" | sort | uniq -c ;;
   steps) timeout 560 python3 bench/check_decode_steps.py --out "$O" > "$O/run.log" 2>&1; tail -2 "$O/run.log" ;;
   layer) timeout 300 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/run.log" 2>&1; grep -v "^#" "$O/run.log" | tail -5 ;;
   model) timeout 560 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 affine:8,4 --rounds 3 --steps 24 --host \

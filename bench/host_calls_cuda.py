@@ -18,6 +18,9 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_lm.models.cache import KVCache
+from mlx_kvq import attention_kernels as _AK
+for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing, e.g. KVQ_KNOBS="PRECOMPILED=False"
+    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, A, P) if hasattr(m, _k)), _k, eval(_v))
 
 
 def per_call(f, n=400, warm=20):
@@ -69,7 +72,8 @@ def main():
     ap = argparse.ArgumentParser(); ap.add_argument('--context', type=int, default=4096); ap.add_argument('--calls', type=int, default=64)
     a = ap.parse_args()
     print(f"# host_calls_cuda {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; MLX {mx.__version__} {mx.default_device()}; "
-          f"{platform.node()}; backend {P.kernel_backend()}; context {a.context}; {a.calls} calls per evaluation")
+          f"{platform.node()}; backend {P.kernel_backend()}; context {a.context}; {a.calls} calls per evaluation; "
+          f"KVQ_KNOBS={os.environ.get('KVQ_KNOBS', '')!r}")
     B, Hq, Hkv, D, n = 1, 32, 8, 128, a.context
     dt = mx.float16
     mx.random.seed(0)
@@ -95,6 +99,7 @@ def main():
     print(f"| fp16 KVCache.update_and_fetch (build only) | {per_call(lambda: lm.update_and_fetch(kt, vt)[0], 200):.1f} | - | - |")
     for nm, c in caches.items():
         print(f"| {nm} update_and_fetch (build only) | {per_call(lambda c=c: c.update_and_fetch(kt, vt)[0].storage[0], 200):.1f} | - | - |", flush=True)
+    print(f"# kernels that went back to mx.fast.cuda_kernel: {P.PRECOMPILE_ERRORS}")
     # custom kernel calls by source size, and precompiled
     x4 = mx.arange(4, dtype=mx.float32); y4 = x4 + 1; mx.eval(x4, y4)
     for pad in (0, 45000):
