@@ -461,8 +461,9 @@ def _nvrtc_compile(src, name, got):
     finally: lib.nvrtcDestroyProgram(ctypes.byref(prog))
     try:
         os.makedirs(folder, exist_ok=True)
-        with open(path + ".tmp", "wb") as f: f.write(binary)
-        os.replace(path + ".tmp", path)
+        tmp = f"{path}.{os.getpid()}.{id(binary)}.tmp"      # written whole, then renamed: a reader never sees a part
+        with open(tmp, "wb") as f: f.write(binary)
+        os.replace(tmp, path)
     except OSError: pass
     return binary
 
