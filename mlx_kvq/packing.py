@@ -433,9 +433,9 @@ def _nvrtc():
     try:
         cu = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
         dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), mx.default_device().index) == 0
+        assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), getattr(mx.default_device(), "index", 0)) == 0
         assert cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) == 0 and cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) == 0
-    except Exception as e: return f"no CUDA driver answer ({type(e).__name__})"
+    except Exception as e: return f"no CUDA driver answer ({type(e).__name__}: {e})"
     return lib, inc, f"sm_{major.value}{minor.value}"
 
 def _nvrtc_compile(src, name, got):
