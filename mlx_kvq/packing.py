@@ -16,12 +16,12 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'PRECOMPILED', 'PRECOMPILE_ERRORS', 'packed_words', 'pack_ref', 'unpack_ref',
-           'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref',
-           'kernel_backend', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
-           'fused_dequantize_unpack', 'precompiled_source', 'CudaKernel', 'GuardedKernel', 'unpack_fields',
-           'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack',
-           'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'PRECOMPILED', 'PRECOMPILE_ERRORS', 'PAIR', 'packed_words', 'pack_ref',
+           'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
+           'dequantize_unpack_ref', 'kernel_backend', 'device_constant', 'fused_quantize_pack',
+           'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'precompiled_source', 'CudaKernel', 'GuardedKernel',
+           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
+           'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -400,7 +400,7 @@ def fused_dequantize_unpack(words, norms, codebook, n, backend="cuda"):
     return out.reshape(*lead, n)
 
 # %% ../nbs/02_packing.ipynb #a3704fae
-PRECOMPILED = True   # CUDA: kernels compiled here by NVRTC and launched by mx.fast.precompiled_cuda_kernel (False: mx.fast.cuda_kernel)
+PRECOMPILED = False  # True: CUDA kernels compiled here by NVRTC and launched by mx.fast.precompiled_cuda_kernel (measured slower on the H200, see above)
 PRECOMPILE_ERRORS = []   # why a kernel went back to mx.fast.cuda_kernel (no NVRTC or CUDA headers found, a compile error)
 
 _CUDA_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16", mx.float32: "float", mx.uint32: "uint32_t",
@@ -684,12 +684,13 @@ def _pair_guard(backend):
                                           _qp_reference, _qp_class, _agree_pair)
     return _PGUARDS[backend]
 
+PAIR = True    # False (benches only): keys and values quantized by two launches on CUDA too
 _PREADY = {}
 def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
     """(`quantize_pack`(xk, rk, ck), `quantize_pack`(xv, rv, cv)): keys and values of one cache update. On CUDA, where both
     sides fit the pair kernel (same shape and dtype, codebooks of one width, rotations applied in the kernel), one launch
     verified on first use like the others; elsewhere two `quantize_pack` calls."""
-    if kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array):
+    if PAIR and kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array):
         key = (xk.shape, xv.shape, xk.dtype, xv.dtype, id(rk), id(ck), id(rv), id(cv))
         got = _PREADY.get(key)
         if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
