@@ -486,11 +486,10 @@ def precompiled_source(name, input_names, output_names, source, header, inputs, 
 
 _MISSING = object()
 class CudaKernel:
-    """`mx.fast.cuda_kernel`'s interface for mlx_kvq's kernels. With `PRECOMPILED` and NVRTC at hand, each configuration
-    (template constants, input and output dtypes) is compiled here once to a CUBIN and launched by
-    `mx.fast.precompiled_cuda_kernel`, which MLX builds and submits for a fraction of the host time of a `cuda_kernel`
-    call (measured on the H100/H200: `bench/host_calls_cuda.py`). Inputs are made row-contiguous by MLX (a copy only where
-    one is not), so strides the body reads are those of the shape. Elsewhere, and for calls that pass `strided=True`
+    """`mx.fast.cuda_kernel`'s interface for mlx_kvq's kernels. With `PRECOMPILED` (off: measured slower, above) and
+    NVRTC at hand, each configuration (template constants, input and output dtypes) is compiled here once to a CUBIN and
+    launched by `mx.fast.precompiled_cuda_kernel`; its inputs are made row-contiguous by MLX (a copy only where one is
+    not), so the strides the body reads are those of the shape. Otherwise, and for calls that pass `strided=True`
     (inputs that are views the body walks by their own strides), the `mx.fast.cuda_kernel` of the same source."""
     def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True):
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
