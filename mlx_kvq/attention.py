@@ -335,12 +335,12 @@ def _meta_row(n, R, G, Hkv, has_mask, VDP):
     CH = _chunk(n, R, G)
     return (n, -(-n // CH), Hkv, CH, int(has_mask), VDP, R * G, G)
 
-def _step_meta(n, R, G, Hkv, has_mask, VDP):
+def _step_meta(n, R, G, Hkv, has_mask, VDP, key=None):
     """The `meta` input of a decode call over n tokens: a row (a view: nothing copied) of a table made on the device for
     META_ROWS consecutive token counts at once. An array made from host values per call is allocated in managed memory
     on CUDA, which the GPU then reads across the bus; the table is made by a device op once per META_ROWS steps"""
     if not META_ROWS: return mx.array(_meta_row(n, R, G, Hkv, has_mask, VDP), dtype=mx.int32)
-    key = (R, G, Hkv, bool(has_mask), VDP, _variant())
+    key = key or (R, G, Hkv, bool(has_mask), VDP, _variant())     # a launcher passes its own (made once)
     got = _META_TABLES.get(key)
     if got is None or not got[0] <= n < got[0] + META_ROWS:
         if len(_META_TABLES) > 256: _META_TABLES.clear()
@@ -510,13 +510,16 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         for i, b in enumerate(plan.bands):
             slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
             if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
-    order = [(0, None) if nm == 'q' else (1, None) if nm == 'meta' else (4, None) if nm == 'mask' else (2, const[nm]) if nm in const
-             else (3, slot[nm]) for nm in names]
+    base = [const.get(nm) for nm in names]            # the constant inputs in place; the rest filled per call
+    iq, im, imask = names.index('q'), names.index('meta'), names.index('mask')
+    parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
+    mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     def run(q, kp, vp, n, mask=None):
         CH = _chunk(n, R, G); S = -(-n // CH)
-        meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)
-        sides, mk = (kp, vp), _mask_input(mask, B, n)
-        ins = [mx.contiguous(q) if c == 0 else meta if c == 1 else mk if c == 4 else x if c == 2 else sides[x[0]][x[1]] for c, x in order]
+        meta = _step_meta(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
+        sides, ins = (kp, vp), list(base)
+        ins[iq], ins[im], ins[imask] = mx.contiguous(q), meta, _mask_input(mask, B, n)
+        for i, s, j in parts_at: ins[i] = sides[s][j]
         o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32],
                        **({} if backend != 'cuda' else dict(strided=kp[0].shape[-2] <= n)))   # storage longer than n: whole buffers (precompiled launch); else perhaps views
