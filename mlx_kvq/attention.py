@@ -524,8 +524,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32],
                        **({} if backend != 'cuda' else dict(strided=kp[0].shape[-2] <= n)))   # storage longer than n: whole buffers (precompiled launch); else perhaps views
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
-                      output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
-        return out.reshape(B, Hq, 1, VDP)
+                      output_shapes=[(B, Hq, 1, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
+        return out   # (R, G, VDP) in the kernel's order is (B, Hq, 1, VDP): no reshape to build and submit
     return (B, Hkv, G), run
 
 def _launch_key(queries, keys, values, scale):
