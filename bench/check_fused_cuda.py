@@ -65,7 +65,7 @@ for _mma in ((True, False) if 'check' in only else ()):
     _AKc.MMA = _mma; A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()
     log(f'\n# kernels: {"tensor-core (mma) where it applies" if _mma else "SIMT only"}')
     log('\n## 1. fused decode kernel vs references (fresh random inputs, on the GPU)')
-    log('case | kernel vs blockwise (fp32; half-precision model: tensor cores where they apply) | attend vs codec_attention (fp16 inputs) | guard')
+    log('case | kernel vs blockwise (fp32; half-precision model: tensor cores where they apply) | attend (fp16 inputs) vs codec_attention in float32 | guard')
     cases = []
     for kb in range(1, 9): cases.append((f'turbo:{kb},{9 - kb}', lambda D, kb=kb: (TurboCodec(kb), TurboCodec(9 - kb, seed=1))))
     for i, b in enumerate((2, 3, 4, 5, 6, 8)):
@@ -115,7 +115,9 @@ for _mma in ((True, False) if 'check' in only else ()):
                     warnings.simplefilter('always')
                     for _ in range(2): out = A.attend(q, ks, vs, scale=D ** -0.5, mask=mask, sinks=sinks)
                 ref = codec_attention(q, ks, vs, scale=D ** -0.5, mask=mask, sinks=sinks)
-                e2 = rel(out, ref)
+                # the bar is against the reference computed in float32 over the same stored values: the float16 reference
+                # carries about 1.1-1.3e-3 of its own rounding (this machine's blockwise path, 2026-11-27), logged too
+                e2, e2h = rel(out, codec_attention(q.astype(mx.float32), ks, vs, scale=D ** -0.5, mask=mask, sinks=sinks)), rel(out, ref)
                 g = A._guard(backend).state.get(A._decode_class(qq, kp, vp, ks.parts, vs.parts, mk, N, True)) if backend else None
                 gf = A._final_guard(backend).state.get(A._final_class(q, kp, vp, ks.parts, vs.parts, full, N, D ** -0.5)) if backend else None
                 if gf is not None: g = (g, f'final {gf}')
@@ -124,7 +126,7 @@ for _mma in ((True, False) if 'check' in only else ()):
                 tag = f'{name} B{B} Hkv{Hkv} G{G} D{D} N{N} seg({head},{tail}) mask{mi}'
                 if bad: failures.append(tag)
                 if True:
-                    log(f'{tag} {"mma" if _mma and _AKc._mma_ok(kp, vp, G) else "simt"} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
+                    log(f'{tag} {"mma" if _mma and _AKc._mma_ok(kp, vp, G) else "simt"} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} (vs float16 reference {e2h:.2e}) | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
     from mlx_kvq import packing as _P
     for n_, bits_, why_ in _P.check_fused('cuda'):    # quantize (single and pair: keys and values of one update in one launch) / dequantize kernels
         log(f'packing kernels dim {n_} bits {bits_}: {why_ or "agree"}')
