@@ -92,7 +92,11 @@ def test_load_with_bad_requests(tiny):
         during = load.is_alive()                         # every bad request was answered while the load ran
         same_scheme = raw_post(srv.url, json.dumps(dict(prompt="the city", max_tokens=3, kv=kv)).encode())
         load.join(180)
-        health = get_json(srv.url, "/health")
+        t0 = time.monotonic()
+        while True:    # each handler releases its reservation just after its response's last bytes
+            health = get_json(srv.url, "/health")
+            if health["requests_active"] == 0 or time.monotonic() - t0 > 10: break
+            time.sleep(0.05)
         refs = [alone(model, tok, srv, b, c, kv) for b, c in reqs]
     res = box["res"]
     assert during, "the load finished before the bad requests were answered: make it longer"
