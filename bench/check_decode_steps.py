@@ -79,8 +79,6 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     bad = [r for r in rows if not r['ok']]
-    from mlx_kvq import packing as _P
-    print(f"# kernels launched through mx.fast.cuda_kernel instead of precompiled: {_P.PRECOMPILE_ERRORS or 'none'} (PRECOMPILED {_P.PRECOMPILED})")
     print(f"decode steps: {len(rows) - len(bad)}/{len(rows)} configurations ok")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -131,7 +131,6 @@ for _mma in ((True, False) if 'check' in only else ()):
     for n_, bits_, why_ in _P.check_fused('cuda'):    # quantize (single and pair: keys and values of one update in one launch) / dequantize kernels
         log(f'packing kernels dim {n_} bits {bits_}: {why_ or "agree"}')
         if why_: failures.append(f'packing dim {n_} bits {bits_}: {why_}')
-    log(f'# kernels launched through mx.fast.cuda_kernel instead of precompiled: {_P.PRECOMPILE_ERRORS or "none"} (PRECOMPILED {_P.PRECOMPILED})')
     log(f'cases failing: {len(failures)}; worst attend error {worst:.2e}')
     for f in failures: log('  FAIL', f)
 _AKc.MMA = True; A._KERNELS.clear(); A._GUARDS.clear(); A._OK.clear()

@@ -88,45 +88,12 @@ CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3'
            ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128), ('affine:4', AffineCodec(4), AffineCodec(4), 4, 128),
            ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 8, 64)]
 
-def precompiled(arch):
-    "Compile every precompiled module of the CONFIGS (what `packing.CudaKernel` hands NVRTC on the GPU) with the wheel's NVRTC"
-    import mlx.core as mx
-    from mlx_kvq import packing as P, attention as A
-    lib = ctypes.CDLL(os.path.join(ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12'))
-    env = (lib, os.path.join(ROOT, 'cuda_runtime', 'include'), arch)
-    z = lambda shape, dt: mx.zeros(shape, dtype=dt)
-    def build(k, inputs, out_dtypes, template=()):
-        src = P.precompiled_source('k', k.input_names, k.output_names, k.source, k.header, inputs, out_dtypes, template, k.strided)
-        return len(P._nvrtc_compile(src, 'k', env))
-    for dt in (mx.float16, mx.bfloat16, mx.float32):
-        for op in ('q', 'qp'):
-            k = P._kernel('cuda', op); n = 4 if op == 'q' else 7
-            ins = [z((8, 128), dt)] * (1 if op == 'q' else 2) + [z((128,), mx.float32)] * (2 if op == 'q' else 4) + [z((4,), mx.int32)]
-            print(f"quantize {op} {dt}: cubin {build(k, ins, [mx.uint32, mx.float16] * (1 if op == 'q' else 2), [('N', 128), ('BITS', 4), ('W', 16), ('E', 4), ('ROTATE', True), ('WARPS', 4)])} bytes")
-    for label, kc, vc, G, D in CONFIGS:
-        kp, vp = side_plan(kc, D), side_plan(vc, D)
-        qprep = _finish_kind(kp)
-        for half in ((True, False) if qprep else (False,)):
-            k, names = A._get_kernel(kp, vp, G, 'cuda', qprep, half)
-            ins = [z((1, 8, 256, 16), mx.uint32) if nm[1:2] in 'wz' and nm[0] in 'kv' and nm[1:] != 'tab' else
-                   z((1, 8, 256, 1), mx.float16) if nm[0] in 'kv' and nm[1] == 'g' else z((8,), mx.int32) if nm == 'meta' else
-                   z((32, 128), mx.float16 if qprep else mx.float32) if nm == 'q' else z((16,), mx.float32) for nm in names]
-            print(f"decode {label} G{G} D{D} half {half}: strided inputs {[names[i] for i in k.strided]}, cubin {build(k, ins, [mx.float32, mx.float32])} bytes")
-    for fin in (None, 'plain', 'rot'):
-        k = A._get_combine('cuda', fin)
-        ins = [z((8, 4, 4, 128), mx.float32), z((8, 4, 4, 2), mx.float32), z((8,), mx.int32)] + ([z((1,), mx.float32), z((128,), mx.float32)] if fin == 'rot' else [])
-        print(f"combine {fin}: cubin {build(k, ins, [mx.float16, mx.float32], [('T', mx.float16)])} bytes")
-
-
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90')
     ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
     ap.add_argument('--loops', action='store_true', help='with --sass: the instructions of each tensor-core token loop')
     ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
-    ap.add_argument('--precompiled', action='store_true', help='instead: compile the whole modules `packing.CudaKernel` gives '
-                    'NVRTC for mx.fast.precompiled_cuda_kernel (decode, combine, quantize single and pair), for --arch')
     args = ap.parse_args()
-    if args.precompiled: precompiled(args.arch); raise SystemExit
     for kv in args.set:
         k, v = kv.split('='); setattr(AK, k, eval(v))
     for label, kc, vc, G, D in CONFIGS:

@@ -19,7 +19,7 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_lm.models.cache import KVCache
 from mlx_kvq import attention_kernels as _AK
-for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing, e.g. KVQ_KNOBS="PRECOMPILED=False"
+for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing, e.g. KVQ_KNOBS="PAIR=False"
     _k, _v = _kv.split("="); setattr(next(m for m in (_AK, A, P) if hasattr(m, _k)), _k, eval(_v))
 
 
@@ -99,7 +99,6 @@ def main():
     print(f"| fp16 KVCache.update_and_fetch (build only) | {per_call(lambda: lm.update_and_fetch(kt, vt)[0], 200):.1f} | - | - |")
     for nm, c in caches.items():
         print(f"| {nm} update_and_fetch (build only) | {per_call(lambda c=c: c.update_and_fetch(kt, vt)[0].storage[0], 200):.1f} | - | - |", flush=True)
-    print(f"# kernels that went back to mx.fast.cuda_kernel: {P.PRECOMPILE_ERRORS}")
     # custom kernel calls by source size, and precompiled
     x4 = mx.arange(4, dtype=mx.float32); y4 = x4 + 1; mx.eval(x4, y4)
     for pad in (0, 45000):

@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, CudaKernel, kernel_backend, lookup_decode, device_constant, _signs_of
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -308,7 +308,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False):
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
-        make = CudaKernel if backend == 'cuda' else mx.fast.metal_kernel
+        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'], source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
@@ -317,7 +317,7 @@ def _get_combine(backend, finish):
     key = ('combine', backend, finish, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
     if key not in _KERNELS:
         src = _combine_source(backend, finish)
-        make = CudaKernel if backend == 'cuda' else mx.fast.metal_kernel
+        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         ins = ['o', 'ml', 'meta'] + (['vsc', 'vsg'] if finish == 'rot' else [])
         name = f'mlx_kvq_decode_combine_{finish or "partial"}_' + hashlib.sha1(src.encode()).hexdigest()[:12]   # MLX caches compiled modules by name
         _KERNELS[key] = make(name=name, input_names=ins, output_names=['out', 'mlo'], source=src)
@@ -405,8 +405,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
             val[f'{side}w{i}'], val[f'{side}g{i}'] = parts[b.words], parts[b.gamma]
             if b.bias is not None: val[f'{side}z{i}'] = parts[b.bias]
     o, ml = kernel(inputs=[val[k] for k in names], grid=(_grid_x(S, kplan, vplan, G, backend, half, R) * NT, R, 1), threadgroup=(NT, 1, 1),
-                   output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32],
-                   **(dict(strided=True) if backend == 'cuda' else {}))   # parts may be views of the storage: read by their strides
+                   output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
     return o, ml, meta, kbias, (B, Hkv, G, R, VDP)
 
 def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, backend='cuda'):
@@ -521,8 +520,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         ins[iq], ins[im], ins[imask] = mx.contiguous(q), meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]
         o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
-                       output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32],
-                       **({} if backend != 'cuda' else dict(strided=kp[0].shape[-2] <= n)))   # storage longer than n: whole buffers (precompiled launch); else perhaps views
+                       output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(B, Hq, 1, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
         return out   # (R, G, VDP) in the kernel's order is (B, Hq, 1, VDP): no reshape to build and submit

@@ -16,12 +16,11 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'PRECOMPILED', 'PRECOMPILE_ERRORS', 'PAIR', 'packed_words', 'pack_ref',
-           'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
-           'dequantize_unpack_ref', 'kernel_backend', 'device_constant', 'fused_quantize_pack',
-           'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'precompiled_source', 'CudaKernel', 'GuardedKernel',
-           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
-           'dequantize_unpack', 'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack',
+           'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
+           'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
+           'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
+           'quantize_pack', 'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -287,7 +286,7 @@ def _kernel(backend, op):
         ins, outs = {"q": (["x", "signs", "bnd", "meta"], ["words", "norms"]),
                      "qp": (["xk", "xv", "sgk", "sgv", "bnk", "bnv", "meta"], ["wk", "nk", "wv", "nv"]),
                      "d": (["words", "norms", "cent", "meta"], ["out"])}[op]
-        make = CudaKernel if backend == "cuda" else mx.fast.metal_kernel
+        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
         _KERNELS[key] = make(name=f"mlx_kvq_{dict(q='quantize_pack', qp='quantize_pack_pair', d='dequantize_unpack')[op]}",
                              input_names=ins, output_names=outs, source=src)
     return _KERNELS[key]
@@ -398,146 +397,6 @@ def fused_dequantize_unpack(words, norms, codebook, n, backend="cuda"):
         grid=(rows * n, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(rows, n)], output_dtypes=[mx.float32])
     return out.reshape(*lead, n)
-
-# %% ../nbs/02_packing.ipynb #a3704fae
-PRECOMPILED = False  # True: CUDA kernels compiled here by NVRTC and launched by mx.fast.precompiled_cuda_kernel (measured slower on the H200, see above)
-PRECOMPILE_ERRORS = []   # why a kernel went back to mx.fast.cuda_kernel (no NVRTC or CUDA headers found, a compile error)
-
-_CUDA_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16", mx.float32: "float", mx.uint32: "uint32_t",
-               mx.int32: "int32_t", mx.uint8: "uint8_t", mx.bool_: "bool"}
-_PRE_HEADER = """#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned char uint8_t; typedef unsigned long long uint64_t;
-"""
-
-@lru_cache(maxsize=None)
-def _nvrtc():
-    """(NVRTC library, CUDA include dir, 'sm_XY' of the default device), or the reason there is none. NVRTC is the one MLX
-    loaded for its own kernels (found in this process's maps), else the CUDA toolkit's; the include dir is found the way
-    MLX finds it (CUDA_HOME, CUDA_PATH, /usr/local/cuda)"""
-    import ctypes, ctypes.util, glob
-    paths = []
-    try:
-        with open("/proc/self/maps") as f: paths = sorted({l.split()[-1] for l in f if "libnvrtc.so" in l and "builtins" not in l})
-    except OSError: pass
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    paths += [ctypes.util.find_library("nvrtc")] + sorted(glob.glob(f"{home}/lib64/libnvrtc.so*"))
-    lib = None
-    for p in paths:
-        if not p: continue
-        try: lib = ctypes.CDLL(p); break
-        except OSError: pass
-    if lib is None: return "no NVRTC library found"
-    inc = os.path.join(home, "include")
-    if not os.path.exists(os.path.join(inc, "cuda_fp16.h")): return f"no CUDA headers at {inc} (set CUDA_HOME)"
-    try:
-        cu = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
-        dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), getattr(mx.default_device(), "index", 0)) == 0
-        assert cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) == 0 and cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) == 0
-    except Exception as e: return f"no CUDA driver answer ({type(e).__name__}: {e})"
-    return lib, inc, f"sm_{major.value}{minor.value}"
-
-def _nvrtc_compile(src, name, got):
-    "The CUBIN of `src` for the device (cached on disk under MLX_KVQ_CUBIN_DIR or the temp dir, keyed by source and target)"
-    import ctypes, hashlib, tempfile
-    lib, inc, arch = got
-    ver = (ctypes.c_int(), ctypes.c_int()); lib.nvrtcVersion(ctypes.byref(ver[0]), ctypes.byref(ver[1]))
-    key = hashlib.sha1(f"{arch} {ver[0].value}.{ver[1].value} {inc}\n{src}".encode()).hexdigest()[:20]
-    folder = os.environ.get("MLX_KVQ_CUBIN_DIR") or os.path.join(tempfile.gettempdir(), "mlx_kvq_cubin")
-    path = os.path.join(folder, f"{name}_{key}.cubin")
-    if os.path.exists(path):
-        with open(path, "rb") as f: return f.read()
-    prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{name}.cu".encode(), 0, None, None): raise RuntimeError("nvrtcCreateProgram failed")
-    try:
-        opts = [f"--gpu-architecture={arch}".encode(), f"--include-path={inc}".encode(), b"--std=c++17"]
-        n = ctypes.c_size_t()
-        if lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts)):
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)); log = ctypes.create_string_buffer(n.value); lib.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(log.value.decode(errors="replace")[-1500:])
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(n)); out = ctypes.create_string_buffer(n.value); lib.nvrtcGetCUBIN(prog, out)
-        binary = out.raw
-    finally: lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{id(binary)}.tmp"      # written whole, then renamed: a reader never sees a part
-        with open(tmp, "wb") as f: f.write(binary)
-        os.replace(tmp, path)
-    except OSError: pass
-    return binary
-
-def precompiled_source(name, input_names, output_names, source, header, inputs, output_dtypes, template, strided):
-    """The whole CUDA module of a kernel body written for `mx.fast.cuda_kernel` (inputs, outputs, `template` constants
-    and the `NAME_strides` the body reads, as MLX's signature gives them), for `mx.fast.precompiled_cuda_kernel`: strides
-    come as int scalars after the outputs, in the order of `strided`"""
-    ps = [f"const {_CUDA_TYPES[x.dtype]}* {n}" for n, x in zip(input_names, inputs)]
-    ps += [f"{_CUDA_TYPES[d]}* {n}" for n, d in zip(output_names, output_dtypes)]
-    body = []
-    for i in strided:
-        nm, nd = input_names[i], inputs[i].ndim
-        ps += [f"int kvq_{nm}_stride{j}" for j in range(nd)]
-        body.append(f"const long long {nm}_strides[{nd}] = {{{', '.join(f'(long long)kvq_{nm}_stride{j}' for j in range(nd))}}};")
-    for k, v in template:
-        body.append(f"constexpr bool {k} = {'true' if v else 'false'};" if isinstance(v, bool) else
-                    f"constexpr int {k} = {v};" if isinstance(v, int) else f"using {k} = {_CUDA_TYPES[v]};")
-    return (_PRE_HEADER + header + f'extern "C" __global__ void {name}(\n    ' + ",\n    ".join(ps) + ") {\n    "
-            + "\n    ".join(body) + "\n" + source + "\n}\n")
-
-_MISSING = object()
-class CudaKernel:
-    """`mx.fast.cuda_kernel`'s interface for mlx_kvq's kernels. With `PRECOMPILED` (off: measured slower, above) and
-    NVRTC at hand, each configuration (template constants, input and output dtypes) is compiled here once to a CUBIN and
-    launched by `mx.fast.precompiled_cuda_kernel`; its inputs are made row-contiguous by MLX (a copy only where one is
-    not), so the strides the body reads are those of the shape. Otherwise, and for calls that pass `strided=True`
-    (inputs that are views the body walks by their own strides), the `mx.fast.cuda_kernel` of the same source."""
-    def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True):
-        self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
-        self.source, self.header, self.ensure_row_contiguous = source, header, ensure_row_contiguous
-        self.strided = [i for i, n in enumerate(self.input_names) if n + "_strides" in source]
-        self._mlx, self._bins = None, {}
-
-    def mlx_kernel(self):
-        if self._mlx is None:
-            self._mlx = mx.fast.cuda_kernel(name=self.name, input_names=self.input_names, output_names=self.output_names,
-                                            source=self.source, header=self.header, ensure_row_contiguous=self.ensure_row_contiguous)
-        return self._mlx
-
-    def _binary(self, inputs, output_dtypes, template):
-        key = (tuple(template), tuple(x.dtype for x in inputs), tuple(output_dtypes), tuple(inputs[i].ndim for i in self.strided))
-        got = self._bins.get(key, _MISSING)
-        if got is _MISSING:
-            got = None
-            env = _nvrtc()
-            if isinstance(env, str): PRECOMPILE_ERRORS.append((self.name, env))
-            else:
-                import hashlib
-                entry = f"{self.name}_" + hashlib.sha1(repr((key, self.source, self.header)).encode()).hexdigest()[:12]
-                try: got = (entry, _nvrtc_compile(precompiled_source(entry, self.input_names, self.output_names, self.source, self.header,
-                                                                     inputs, output_dtypes, template, self.strided), entry, env))
-                except Exception as e:
-                    PRECOMPILE_ERRORS.append((self.name, f"{type(e).__name__}: {str(e)[:1500]}"))
-                    warnings.warn(f"mlx_kvq: compiling kernel {self.name} with NVRTC failed ({type(e).__name__}); "
-                                  "launching it through mx.fast.cuda_kernel instead", RuntimeWarning, stacklevel=4)
-            self._bins[key] = got
-        return got
-
-    def __call__(self, *, inputs, grid, threadgroup, output_shapes, output_dtypes, template=(), init_value=None, verbose=False,
-                 stream=None, strided=False):
-        if PRECOMPILED and not strided and init_value is None and stream is None and not verbose and mx.cuda.is_available():
-            got = self._binary(inputs, output_dtypes, template)
-            if got is not None:
-                scalars = []
-                for i in self.strided:
-                    sh = inputs[i].shape
-                    scalars += [math.prod(sh[j + 1:]) for j in range(len(sh))]
-                if all(s < 2 ** 31 for s in scalars):
-                    return mx.fast.precompiled_cuda_kernel(name=got[0], compiled_source=got[1], inputs=inputs, output_shapes=output_shapes,
-                                                          output_dtypes=output_dtypes, scalars=scalars, grid=grid, threadgroup=threadgroup,
-                                                          ensure_row_contiguous=True)
-        return self.mlx_kernel()(inputs=inputs, grid=grid, threadgroup=threadgroup, output_shapes=output_shapes, output_dtypes=output_dtypes,
-                                 template=list(template), init_value=init_value, verbose=verbose, stream=stream)
-
 
 # %% ../nbs/02_packing.ipynb #d1443605
 class GuardedKernel:
@@ -673,8 +532,10 @@ def _qp_class(xk, rk, ck, xv, rv, cv): return _q_class(xk, rk, ck), _q_class(xv,
 def _qp_reference(xk, rk, ck, xv, rv, cv): return quantize_pack_ref(xk, rk, ck), quantize_pack_ref(xv, rv, cv)
 def _agree_pair(out, ref, xk, rk, ck, xv, rv, cv):
     if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
-    why = _agree_quantize(out[0], ref[0], xk, rk, ck)
-    return None if why is None and (why := _agree_quantize(out[1], ref[1], xv, rv, cv)) is None else f"{why} (pair kernel)"
+    for o, r, x, rot, cb in ((out[0], ref[0], xk, rk, ck), (out[1], ref[1], xv, rv, cv)):
+        why = _agree_quantize(o, r, x, rot, cb)
+        if why is not None: return f"{why} (pair kernel)"
+    return None
 
 _PGUARDS = {}
 def _pair_guard(backend):
