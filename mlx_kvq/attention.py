@@ -339,14 +339,23 @@ def _step_meta(n, R, G, Hkv, has_mask, VDP, key=None):
     """The `meta` input of a decode call over n tokens: a row (a view: nothing copied) of a table made on the device for
     META_ROWS consecutive token counts at once. An array made from host values per call is allocated in managed memory
     on CUDA, which the GPU then reads across the bus; the table is made by a device op once per META_ROWS steps"""
-    if not META_ROWS: return mx.array(_meta_row(n, R, G, Hkv, has_mask, VDP), dtype=mx.int32)
+    return _step(n, R, G, Hkv, has_mask, VDP, key)[0]
+
+def _step(n, R, G, Hkv, has_mask, VDP, key=None):
+    """(`_step_meta`'s row, chunks S) of a decode call over n tokens. The table's rows are split into views once, when it
+    is made (one op), and the chunk counts kept beside them: a step indexes two lists, it builds no slice"""
+    if not META_ROWS:
+        row = _meta_row(n, R, G, Hkv, has_mask, VDP)
+        return mx.array(row, dtype=mx.int32), row[1]
     key = key or (R, G, Hkv, bool(has_mask), VDP, _variant())     # a launcher passes its own (made once)
     got = _META_TABLES.get(key)
     if got is None or not got[0] <= n < got[0] + META_ROWS:
         if len(_META_TABLES) > 256: _META_TABLES.clear()
         rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
-        got = _META_TABLES[key] = (n, device_constant(rows).reshape(rows.shape))
-    return got[1][n - got[0]]
+        flat = device_constant(rows)                              # one device op per META_ROWS steps
+        got = _META_TABLES[key] = (n, flat.reshape(rows.shape), mx.split(flat, META_ROWS), rows[:, 1].tolist())
+    i = n - got[0]
+    return got[2][i], got[3][i]
 
 def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
@@ -514,8 +523,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     def run(q, kp, vp, n, mask=None):
-        CH = _chunk(n, R, G); S = -(-n // CH)
-        meta = _step_meta(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
+        meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         sides, ins = (kp, vp), list(base)
         ins[iq], ins[im], ins[imask] = mx.contiguous(q), meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]

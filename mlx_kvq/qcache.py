@@ -79,7 +79,8 @@ class CodecKVCache(_BaseCache):
                 return tuple(mx.concatenate([p[..., :prev, :], b], axis=-2) for p, b in zip(parts, blank))
             self.keys, self.values = expand(self.keys, kp), expand(self.values, vp)
         for parts, new in ((self.keys, kp), (self.values, vp)):
-            for p, x in zip(parts, new): p[..., prev:prev + n, :] = x
+            nd = new[0].ndim; at = (slice(None),) * (nd - 2) + (slice(prev, prev + n),)   # the token axis (-2), no Ellipsis for MLX to expand
+            for p, x in zip(parts, new): p[at if x.ndim == nd else (Ellipsis, slice(prev, prev + n), slice(None))] = x
         self.n_quantized = prev + n
 
     def update_and_fetch(self, keys, values):
