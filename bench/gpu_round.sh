@@ -27,5 +27,12 @@ case $part in
   variants) KVQ_VARIANTS="[('mma',1,1024,900,0,DEFAULT_LEAN), ('mma',1,1024,900,0,DEFAULT_LEAN+(('PSUM',True),)), ('mma',1,1024,900,0,DEFAULT_LEAN+(('CONLINE',False),))]" \
            timeout 500 python3 bench/check_fused_cuda.py --quick --only variants --variant-contexts 4096,32768,131072 --out "$O" > "$O/run.log" 2>&1
            grep -E "^context|^mma" "$O/run.log" ;;
+  layerab) for i in 1 2; do for k in "FOLD=0" "FOLD=128"; do   # one layer, the decode kernel finishing the attention (FOLD=128, default) or the combine kernel (FOLD=0), alternating
+             KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_${k/=/}_$i.log" 2>&1; done; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  modelab) for k in "FOLD=0" "FOLD=128"; do   # whole model, fp16 / turbo:4 / affine:4, 2 rounds, with and without the folded finish
+             KVQ_KNOBS="$k" timeout 270 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 24 --host \
+               --no-ablations --out "$O" > "$O/model_${k/=/}.log" 2>&1; done
+           for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]|^\\{" "$f" | tail -8; done ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

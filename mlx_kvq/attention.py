@@ -298,19 +298,22 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     return True
 
 _KERNELS = {}
-def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False):
-    "(decode kernel, its input names) for this configuration, built once"
-    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half)
+def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
+    """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot', CUDA): the kernel
+    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `vsc`, `vsg` for 'rot'), outputs `out`, `cnext` more"""
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold)
     if key not in _KERNELS:
-        src = _decode_source(kplan, vplan, G, backend, qprep, half)
+        src = _decode_source(kplan, vplan, G, backend, qprep, half, fold)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
         if kplan.kind == 'affine': ins.append('kz0')
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
+        outs = ['o', 'ml']
+        if fold: ins, outs = ins + ['cnt'] + (['vsc', 'vsg'] if fold == 'rot' else []), outs + ['out', 'cnext']
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
-        _KERNELS[key] = (make(name=name, input_names=ins, output_names=['o', 'ml'], source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
+        _KERNELS[key] = (make(name=name, input_names=ins, output_names=outs, source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
 
 def _get_combine(backend, finish):
@@ -522,12 +525,21 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     iq, im, imask = names.index('q'), names.index('meta'), names.index('mask')
     parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
+    folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD else None
+    NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
+    cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None):
         meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         sides, ins = (kp, vp), list(base)
         ins[iq], ins[im], ins[imask] = mx.contiguous(q), meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]
-        o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
+        grid = ((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1)
+        if folded is not None and _AK._fold_ok(S, G, VDP):     # one launch: the decode kernel finishes the attention
+            _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
+                                       output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, VDP), (NC,)],
+                                       output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+            return out
+        o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(B, Hq, 1, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])

@@ -8,8 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP',
-           'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL',
+           'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -250,10 +250,12 @@ def _softmax():
     KVQ_SYNC();
 """
 
-def _decode_source(kplan, vplan, G, backend, qprep=None, half=True):
-    "The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32 throughout)"
-    if _uses_mma(kplan, vplan, G, backend, half): return _mma_source(kplan, vplan, G, qprep)
-    return _simt_source(kplan, vplan, G, backend, qprep)
+def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None):
+    """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
+    CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
+    throughout). `fold` ('plain' / 'rot', CUDA): the kernel also finishes the attention (`_fold_source`)"""
+    src = _mma_source(kplan, vplan, G, qprep) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
+    return src + _fold_source(32 * sum(_side_layout(vplan)[0]), fold) if fold else src
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
     "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
@@ -473,7 +475,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -491,6 +493,90 @@ def _chunk(n, R, G):
     ch = max(-(-n * R // BLOCKS), -(-n // SMAX))
     ch = -(-ch // 32) * 32
     return int(max(64, min(ch, _chmax(G))))
+
+# %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
+FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
+
+def _fold_ok(S, G, VDP):
+    "Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the merge's weights and outputs fit the score buffer"
+    return S <= FOLD and S + VDP <= _chmax(G)
+
+def _fold_source(VDP, finish):
+    """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain' or 'rot', as
+    the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
+    counts itself done on its row's counter `cnt[r]` (zero when the kernel starts); the block that finds every other
+    block of the row done merges the row's S chunks for its G heads, as the combine kernel does: a warp per head finds the
+    chunks' max and weights (in the score buffer `sc`, free after the loops) and the sum, each thread merges outputs
+    (head, coordinate) over the chunks (loads through L2, `__ldcg`: other SMs wrote them), the result divided by the sum,
+    transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) and cast to the
+    model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
+    run one after another (MLX orders them by that dependency), never two at once on one counter."""
+    src = f"""
+    // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
+    __threadfence();
+    KVQ_SYNC();
+    KVQ_SHARED int kvq_last;
+    if (tid == 0) {{
+        kvq_last = atomicAdd((int*)cnt + r, 1) == KVQ_GX - 1;
+        if (KVQ_BX == 0) cnext[r] = 0;
+    }}
+    KVQ_SYNC();
+    if (kvq_last) {{
+        __threadfence();
+        constexpr int VDP = {VDP};
+        float* const wt = sc;                    // G x S chunk weights
+        float* const xs = sc + G * S;            // G x VDP outputs
+        for (int g = warp; g < G; g += {_NW}) {{
+            float m = KVQ_NEG_INF;
+            for (int s = lane; s < S; s += 32) m = KVQ_MAX(m, __ldcg(ml + (((long)r * S + s) * G + g) * 2));
+            for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
+            const float M0 = m == KVQ_NEG_INF ? 0.0f : m;
+            float l = 0.0f;
+            for (int s = lane; s < S; s += 32) {{
+                const long a = (((long)r * S + s) * G + g) * 2;
+                const float ms = __ldcg(ml + a);
+                const float w = ms == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms - M0);
+                wt[g * S + s] = w;
+                if (w != 0.0f) l += w * __ldcg(ml + a + 1);
+            }}
+            for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
+            if (lane == 0) stat[2 * g] = l;
+        }}
+        KVQ_SYNC();
+        for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: 16-byte loads, 8 chunks in flight
+            const int g = 4 * c / VDP;
+            const float4* const op = reinterpret_cast<const float4*>(o + (long)r * S * G * VDP) + c;
+            const float* const wg = wt + g * S;
+            float ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
+            #pragma unroll 8
+            for (int s = 0; s < S; ++s) {{
+                const float4 v = __ldcg(op + (long)s * (G * VDP / 4));
+                const float w = wg[s];
+                const bool on = w != 0.0f;       // a chunk of weight 0 (every token masked) may hold anything
+                ax += on ? w * v.x : 0.0f; ay += on ? w * v.y : 0.0f; az += on ? w * v.z : 0.0f; aw += on ? w * v.w : 0.0f;
+            }}
+            const float L = stat[2 * g], iL = L > 0.0f ? 1.0f / L : 0.0f;
+            xs[4 * c] = ax * iL; xs[4 * c + 1] = ay * iL; xs[4 * c + 2] = az * iL; xs[4 * c + 3] = aw * iL;
+        }}
+        KVQ_SYNC();
+"""
+    if finish == 'plain':
+        return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T)xs[i];
+    }}
+"""
+    return src + f"""        for (int hh = 1; hh < VDP; hh <<= 1) {{
+            for (int i = tid; i < G * VDP / 2; i += {NT}) {{
+                const int g = i / (VDP / 2), d = i - g * (VDP / 2);
+                const int lo = g * VDP + (d / hh) * 2 * hh + (d % hh), hi = lo + hh;
+                const float a = xs[lo], c = xs[hi];
+                xs[lo] = a + c; xs[hi] = a - c;
+            }}
+            KVQ_SYNC();
+        }}
+        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T)(xs[i] * vsg[i % VDP] * vsc[0]);
+    }}
+"""
+
 
 # %% ../nbs/03a_attention_kernels.ipynb #880f4302
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)

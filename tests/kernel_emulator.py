@@ -18,6 +18,7 @@ from mlx_kvq.calibrated import CalibratedTurboCodec
 PRE = r"""
 #include <cmath>
 #include <cstdint>
+#include <atomic>
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -122,6 +123,10 @@ struct kvq_dim3 { int x, y, z; };
 #define __syncwarp() g_wbar[g_tid >> 5]->arrive_and_wait()
 #define __shfl_xor_sync(m, v, o) kvq_shfl((v), (o))
 #define __float2half_rn(x) ((float)(kvq_half)(x))
+#define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define __ldcg(p) (*(p))
+static int kvq_atomic_add(int* p, int v) { const int o = *p; *p = o + v; return o; }   // blocks run one after another here
+#define atomicAdd(p, v) kvq_atomic_add((p), (v))
 """
 
 def compile_kernel(source, ins, outs, head=""):
@@ -187,7 +192,8 @@ def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_c
         ins = [(n, _ctype(x.dtype)) for n, x in zip(input_names, inputs)]
         outs = [(n, _ctype(d)) for n, d in zip(output_names, output_dtypes)]
         launch = compile_kernel(header + source, ins, outs, head)
-        res = [np.zeros(sh, _NPTYPES[t]) for sh, (_, t) in zip(output_shapes, outs)]
+        # outputs start as garbage, as MLX's (uninitialized) do: a kernel must write whatever it returns
+        res = [np.full(sh, np.nan if t == 'float' else 0x5A5A5A5A, _NPTYPES[t]) for sh, (_, t) in zip(output_shapes, outs)]
         launch(arrs, res, -(-grid[0] // threadgroup[0]), grid[1], threadgroup[0])
         return [mx.array(r).astype(d) for r, d in zip(res, output_dtypes)]
     return call
@@ -201,13 +207,17 @@ def _decode_inputs(kplan, vplan, qprep):
     ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
     return [(n, ty(n)) for n in ins]
 
-def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None):
-    "The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP)"
+def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None, fold=None, calls=1):
+    """The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP). With `fold`
+    the kernel that finishes the attention itself, launched `calls` times, each on the row counters the previous call
+    returned (the first on zeros, as a launcher's): (the last call's out (R, G, VDP), meta, VDP)"""
     Hkv = kparts[0].shape[1]; R = B * Hkv
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
     ins = _decode_inputs(kplan, vplan, qprep)
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep), ins, ['o', 'ml'])
+    outs = ['o', 'ml']
+    if fold: ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fold == 'rot' else []), outs + ['out', ('cnext', 'int32_t')]
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep, fold=fold), ins, outs)
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
     meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
@@ -217,6 +227,14 @@ def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep,
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
+    if fold:
+        val.update(cnt=np.zeros(max(R, 4), np.int32), vsc=np.array([1.0 / math.sqrt(VDP)], np.float32), vsg=np.array(A._signs(vplan), np.float32))
+        for _ in range(calls):    # outputs start as garbage (uninitialized on the GPU): the counters must come back zeroed
+            res = [np.full((R, S, G, VDP), np.nan, np.float32), np.full((R, S, G, 2), np.nan, np.float32),
+                   np.full((R, G, VDP), np.nan, np.float32), np.full(max(R, 4), 0x5A5A5A5A, np.int32)]
+            launch([val[nm] for nm, _ in ins], res, AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
+            val['cnt'] = res[3]
+        return res[2], meta, VDP
     o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
     launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
     return o, ml, meta, VDP
@@ -252,12 +270,22 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *more], [out, mlo], R * G, 1, AK._combine_threads(VDP))
     return mx.array(out).reshape(B, Hq, 1, VDP)
 
+def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=2):
+    "The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls chained on their row counters"
+    B, Hq, _, D = queries.shape
+    Hkv = kparts[0].shape[1]; G = Hq // Hkv
+    qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
+    extra = dict(qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32), qsg=np.array(A._signs(kplan), np.float32))
+    out, meta, VDP = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra,
+                                        fold=fin, calls=calls)
+    return mx.array(out).reshape(B, Hq, 1, VDP)
+
 def tolerance(kc, vc, G, D, backend='cuda'):
     "Largest relative error accepted: the tensor-core kernel rounds codes' values, queries' and weights' low parts to float16 (~3e-4 seen), the SIMT kernel is float32"
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     return 1e-3 if backend == 'cuda' and AK.MMA and AK._mma_ok(kp, vp, G) else 1e-4
 
-def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
+def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False):
     "Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's scale"
     mx.random.seed(seed)
     k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
@@ -266,7 +294,7 @@ def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0):
     assert A._finish_kind(kp) and A._finish_kind(vp), 'the final path takes turbo (one Hadamard band) and affine codecs'
     kparts, vparts = kc.encode(k), vc.encode(v)
     full = None if not masked else A._full_mask((mx.random.uniform(shape=(B, 1, 1, n)) > 0.3), B, Hkv, G, 1, n)
-    out = emulate_final(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    out = (emulate_fold if fold else emulate_final)(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
     ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
     return (mx.abs(out - ref).max() / mx.abs(ref).max()).item()
 

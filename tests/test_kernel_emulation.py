@@ -43,6 +43,28 @@ def test_emulated_final_path_matches_reference(case):
     for masked in (False, True):
         assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), (name, masked)
 
+@pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
+def test_folded_final_path(case, monkeypatch):
+    """The decode kernel that finishes the attention itself (`FOLD`: the last block of each row merges the row's chunks),
+    two calls chained on their row counters, outputs starting as garbage: the second call's answer is right only if the
+    first zeroed the counters it returned. Several blocks per row (S > 1), masked and not, both kernel kinds."""
+    name, kc, vc, B, Hkv, G, D, n = case
+    assert -(-n // AK._chunk(n, B * Hkv, G)) > 1
+    for mma in (True, False):
+        monkeypatch.setattr(AK, 'MMA', mma)
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.tolerance(kc, vc, G, D), (name, mma, masked)
+
+def test_folded_path_needs_its_counters_zeroed(monkeypatch):
+    "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    orig = AK._fold_source
+    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[r] = 0;', ';'))
+    assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
+    orig_run = E._run_decode_kernel
+    monkeypatch.setattr(E, '_run_decode_kernel', lambda *a, **kw: orig_run(*a, **{**kw, 'calls': 1}))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.tolerance(kc, vc, G, D)
+
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
     monkeypatch.setattr(AK, 'MMA', False)
@@ -196,6 +218,8 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
+    # calls of a few chunks (`AK.FOLD`): the decode kernel finished the attention itself, no combine kernel was launched
+    assert AK.FOLD and not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
     assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
     # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
     kp, vp = A.side_plan(cache.k_codec, D), A.side_plan(cache.v_codec, D)
