@@ -93,16 +93,22 @@ if __name__ == '__main__':
     ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
     ap.add_argument('--loops', action='store_true', help='with --sass: the instructions of each tensor-core token loop')
     ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
+    ap.add_argument('--fold', action='store_true', help='the kernels that finish the attention themselves (`FOLD`), as the final path launches them on CUDA')
     args = ap.parse_args()
     for kv in args.set:
         k, v = kv.split('='); setattr(AK, k, eval(v))
     for label, kc, vc, G, D in CONFIGS:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)
-        src = AK._decode_source(kp, vp, G, 'cuda', qprep)
-        got = compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]), args.arch, args.sass or args.loops)
+        fin = _finish_kind(vp) if args.fold else None
+        src = AK._decode_source(kp, vp, G, 'cuda', qprep, fold=fin)
+        ins, outs = decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]
+        if fin:   # as MLX declares them: the template's `using T` first in the body
+            src = 'using T = __half;\n' + src
+            ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else []), outs + [('out', '__half'), ('cnext', 'int32_t')]
+        got = compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), args.arch, args.sass or args.loops)
         regs, spill, smem = got[:3]
-        print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
+        print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}{', folded' if fin else ''}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
               f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")
         if args.sass or args.loops: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))
         if args.loops:

@@ -513,6 +513,9 @@ def _fold_source(VDP, finish):
     run one after another (MLX orders them by that dependency), never two at once on one counter."""
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
+#ifndef KVQ_GX
+#define KVQ_GX ((int)gridDim.x)
+#endif
     __threadfence();
     KVQ_SYNC();
     KVQ_SHARED int kvq_last;
