@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention.html.md"""
 
 # %% ../nbs/03b_attention.ipynb #41886dae
 from __future__ import annotations
-import hashlib, math
+import hashlib, math, threading
 import numpy as np
 
 import mlx.core as mx
@@ -491,6 +491,7 @@ def _guard(backend):
                                          _quantized_partial_mlx, _decode_class, _agree_partial)
     return _GUARDS[backend]
 
+_CHAIN = threading.Lock()   # the folded decode kernels' row counters pass from call to call under it
 _LAUNCHERS = {}      # verified launchers by (query shape and dtype, codecs, scale, backend, variant): what `_fast_final` reads
 _FINAL_RUNS = {}     # launchers by configuration (plans kept alive with them, so their ids stay theirs)
 
@@ -535,9 +536,10 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         for i, s, j in parts_at: ins[i] = sides[s][j]
         grid = ((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1)
         if folded is not None and _AK._fold_ok(S, G, VDP):     # one launch: the decode kernel finishes the attention
-            _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                       output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, VDP), (NC,)],
-                                       output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+                _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
+                                           output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, VDP), (NC,)],
+                                           output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
             return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
