@@ -84,6 +84,17 @@ def decode_inputs(kplan, vplan, qprep):
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
     return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
+def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False):
+    "`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that finishes the attention itself)"
+    qprep = _finish_kind(kplan)
+    fin = _finish_kind(vplan) if fold else None
+    src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin)
+    ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
+    if fin:   # as MLX declares them: the template's `using T` first in the body
+        src = 'using T = __half;\n' + src
+        ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else []), outs + [('out', '__half'), ('cnext', 'int32_t')]
+    return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin
+
 CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3', TurboCodec(3), TurboCodec(3, seed=1), 4, 128),
            ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128), ('affine:4', AffineCodec(4), AffineCodec(4), 4, 128),
            ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 8, 64)]
@@ -100,13 +111,7 @@ if __name__ == '__main__':
     for label, kc, vc, G, D in CONFIGS:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)
-        fin = _finish_kind(vp) if args.fold else None
-        src = AK._decode_source(kp, vp, G, 'cuda', qprep, fold=fin)
-        ins, outs = decode_inputs(kp, vp, qprep), [('o', 'float'), ('ml', 'float')]
-        if fin:   # as MLX declares them: the template's `using T` first in the body
-            src = 'using T = __half;\n' + src
-            ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else []), outs + [('out', '__half'), ('cnext', 'int32_t')]
-        got = compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), args.arch, args.sass or args.loops)
+        got, fin = compile_decode(kp, vp, G, args.fold, args.arch, args.sass or args.loops)
         regs, spill, smem = got[:3]
         print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}{', folded' if fin else ''}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
               f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")

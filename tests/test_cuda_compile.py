@@ -1,0 +1,40 @@
+"""The CUDA decode kernels compiled offline by NVRTC + ptxas for sm_90 (NVIDIA's pip wheels, no GPU needed:
+`pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12`): every kind a decode call can
+launch, with and without the folded finish. The CPU emulator (test_kernel_emulation.py) defines every prelude macro
+for every kernel, so a kernel using a macro its own CUDA prelude lacks passes there and fails to compile on the GPU
+(the SIMT kernel's folded variant did, on an H200, 2026-11-27). Skipped where the wheels are absent (CI installs none)."""
+import os, sys
+from pathlib import Path
+import pytest
+
+nvidia = pytest.importorskip('nvidia')
+_ROOT = list(nvidia.__path__)[0]
+if not (os.path.exists(os.path.join(_ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12')) and os.path.exists(os.path.join(_ROOT, 'cuda_nvcc', 'bin', 'ptxas'))):
+    pytest.skip('needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12', allow_module_level=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
+import cuda_registers as CR
+from mlx_kvq import attention_kernels as AK
+from mlx_kvq.attention import side_plan
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.turbo_codec import TurboCodec
+
+CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128)]
+
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
+@pytest.mark.parametrize('fold', [False, True], ids=['two-launch', 'folded'])
+def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
+    monkeypatch.setattr(AK, 'MMA', mma)
+    _, kc, vc, G, D = case
+    (regs, spill, smem), fin = CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, fold)
+    assert (fin is not None) == fold
+    assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+
+def test_a_missing_macro_fails_to_compile(monkeypatch):
+    "Not vacuous: the folded SIMT kernel without its own `KVQ_GX` definition (the H200's failure) does not compile"
+    monkeypatch.setattr(AK, 'MMA', False)
+    orig = AK._fold_source
+    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('#define KVQ_GX ((int)gridDim.x)', ''))
+    _, kc, vc, G, D = CASES[0]
+    with pytest.raises(RuntimeError, match='KVQ_GX'):
+        CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True)
