@@ -548,6 +548,48 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         return out   # (R, G, VDP) in the kernel's order is (B, Hq, 1, VDP): no reshape to build and submit
     return (B, Hkv, G), run
 
+def _partial_launcher(queries, kplan, vplan, kparts, scale, backend):
+    """((B, Hkv, G), run(q, kparts, vparts, n)) for decode calls whose codecs the kernels cannot finish themselves (the
+    calibrated codecs of `auto:B`: per-channel centering and scales, several bands): the query's band transforms, the
+    decode and combine kernels and the output's inverse transforms, as `attend` runs them through `fused_decode_partial`,
+    with everything that does not depend on the token count prepared once per configuration (made after the first-use
+    check verified the kernel for it)"""
+    B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
+    half = queries.dtype != mx.float32
+    kernel, names = _get_kernel(kplan, vplan, G, backend, None, half)
+    VDP = 32 * sum(_side_layout(vplan)[0])
+    comb, ct = _get_combine(backend, None), _combine_threads(VDP)
+    mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
+    const = dict(ktab=_tables(kplan), vtab=_tables(vplan))
+    slot = {}
+    for side, plan in ((0, kplan), (1, vplan)):
+        for i, b in enumerate(plan.bands):
+            slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
+            if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
+    base = [const.get(nm) for nm in names]
+    iq, im, imask = names.index('q'), names.index('meta'), names.index('mask')
+    parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
+    mkey = (R, G, Hkv, False, VDP, _variant())
+    whole = len(kplan.bands) == 1 and kplan.bands[0].n % 32 == 0          # the band's queries as they are, else padded to slices
+    pads = [32 * _nslices(b.n) for b in kplan.bands]
+    voffs = [sum(32 * _nslices(x.n) for x in vplan.bands[:i]) for i in range(len(vplan.bands))]
+    def run(queries, kp, vp, n):
+        q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, G, 1, D)
+        qk, _ = _band_queries(kplan, q)      # q . mean shifts every score of a row alike: the output does not see it
+        qcat = qk[0].reshape(R, G, -1) if whole else mx.concatenate([_pad_to(x[..., 0, :], w) for x, w in zip(qk, pads)], axis=-1).reshape(R, G, -1)
+        meta, S = _step(n, R, G, Hkv, False, VDP, mkey)
+        sides, ins = (kp, vp), list(base)
+        ins[iq], ins[im], ins[imask] = mx.contiguous(qcat), meta, _mask_input(None, B, n)
+        for i, s, j in parts_at: ins[i] = sides[s][j]
+        o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
+                       output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
+        O, mlo = comb(inputs=[o, ml, meta], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
+                      output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[mx.float32, mx.float32])
+        l = mlo[..., 1:].reshape(B, Hkv, G, 1, 1)
+        outs = [O[..., off:off + b.n].reshape(B, Hkv, G, 1, b.n) for b, off in zip(vplan.bands, voffs)]
+        return (_finish_values(vplan, outs, l) / l).reshape(B, Hq, 1, -1).astype(queries.dtype)
+    return (B, Hkv, G), run
+
 def _launch_key(queries, keys, values, scale):
     return (queries.shape, queries.dtype, id(keys.codec), id(values.codec), scale, kernel_backend(), _variant())
 
@@ -628,5 +670,11 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
         elif kplan.kind == 'exact' and vplan.kind == 'exact': parts.append(_exact_partial(q, kd[0], vd[0], mk))
         else: parts.append(_quantized_partial(q, kplan, vplan, kd, vd, mk, n, queries.dtype != mx.float32))
         start += n
+    if (backend is not None and Lq == 1 and full is None and sinks is None and len(ksegs) == 1 and ksegs[0][0] != 'exact'
+            and 'exact' not in (kplan.kind, vplan.kind) and _fits(keys.n_quantized, G)
+            and _guard(backend).state.get(_decode_class(q, kplan, vplan, ksegs[0][1], vsegs[0][1], None, keys.n_quantized, queries.dtype != mx.float32)) is True):
+        # the kernel is verified for this configuration: later calls like this one take the memoized launcher (`_fast_final`)
+        if len(_LAUNCHERS) > 1024: _LAUNCHERS.clear()
+        _LAUNCHERS[_launch_key(queries, keys, values, scale)] = (keys.codec, values.codec, *_partial_launcher(queries, kplan, vplan, keys.parts, scale, backend))
     s = None if sinks is None else sinks.astype(mx.float32).reshape(1, Hkv, G, 1, 1)
     return _merge(parts, s).reshape(B, Hq, Lq, -1).astype(queries.dtype)

@@ -176,7 +176,8 @@ def test_metal_layout(case):
     name, kc, vc, B, Hkv, G, D, n = case
     assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
 
-@pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16'), ('turbo:3', 'bfloat16')])
+@pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16'), ('turbo:3', 'bfloat16'),
+                                          ('calibrated', 'float16')])
 def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     """A cache's decode steps exactly as a GPU runs them, with `mx.fast.cuda_kernel` standing in for the emulator: the
     quantize kernel (turbo: model dtype in, float16 norms out) and the decode + combine kernels launched by the memoized
@@ -203,7 +204,8 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     dt = getattr(mx, dtype)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
-    cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
+    if scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the partial kernels and the memoized partial launcher
+    else: cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
     mx.random.seed(3)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt)
     with warnings.catch_warnings():
@@ -218,9 +220,12 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
+    assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
+    if scheme == 'calibrated':   # served by the partial launcher: decode + combine kernels, transforms around them
+        assert any(nm.startswith('mlx_kvq_decode_combine_partial') for nm in launched), set(launched)
+        return
     # calls of a few chunks (`AK.FOLD`): the decode kernel finished the attention itself, no combine kernel was launched
     assert AK.FOLD and not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
-    assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
     # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
     kp, vp = A.side_plan(cache.k_codec, D), A.side_plan(cache.v_codec, D)
     n = k.n_quantized
