@@ -9,16 +9,25 @@ import argparse, json, sys, time, warnings
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import attention as A
 from mlx_kvq.codecs import AffineCodec, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
+from mlx_kvq.calibrated import CalibratedTurboCodec
 
-CACHES = {'turbo:4': lambda: TurboQuantKVCache(4, 4), 'turbo:3': lambda: TurboQuantKVCache(3, 3),
-          'turbo:4,2': lambda: TurboQuantKVCache(4, 2), 'affine:4': lambda: CodecKVCache(AffineCodec(4), AffineCodec(4)),
-          'affine:8,4': lambda: CodecKVCache(AffineCodec(8), AffineCodec(4))}
+def calibrated(D):
+    "Two calibrated turbo codecs as `auto:B` plans them (centered, scaled, an outlier band of 5 bits): decode steps through `attention._partial_launcher`"
+    rng = np.random.default_rng(0)
+    mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)
+    return CodecKVCache(mk(0), mk(1))
+
+CACHES = {'turbo:4': lambda D: TurboQuantKVCache(4, 4), 'turbo:3': lambda D: TurboQuantKVCache(3, 3),
+          'turbo:4,2': lambda D: TurboQuantKVCache(4, 2), 'affine:4': lambda D: CodecKVCache(AffineCodec(4), AffineCodec(4)),
+          'affine:8,4': lambda D: CodecKVCache(AffineCodec(8), AffineCodec(4)), 'calibrated 4o5': calibrated}
 
 
 def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
@@ -27,7 +36,7 @@ def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
     A._fast_final = lambda *a: served.append(orig(*a)) or served[-1]
     try:
         mx.random.seed(seed)
-        c = CACHES[scheme]()
+        c = CACHES[scheme](D)
         ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dtype), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dtype)
         c.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
         worst = 0.0
@@ -51,7 +60,7 @@ def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
 def prefill(scheme, B, Hkv, G, D, n0, Lq, dtype, seed=0):
     "A prefill chunk of Lq tokens after n0 cached ones (the GPU's decode-once + fused SDPA path) against the reference"
     mx.random.seed(seed)
-    c = CACHES[scheme]()
+    c = CACHES[scheme](D)
     c.update_and_fetch(mx.random.normal((B, Hkv, n0, D)).astype(dtype), mx.random.normal((B, Hkv, n0, D)).astype(dtype))
     k, v = c.update_and_fetch(mx.random.normal((B, Hkv, Lq, D)).astype(dtype), mx.random.normal((B, Hkv, Lq, D)).astype(dtype))
     q = mx.random.normal((B, Hkv * G, Lq, D)).astype(dtype)
