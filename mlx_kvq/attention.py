@@ -495,6 +495,17 @@ _CHAIN = threading.Lock()   # the folded decode kernels' row counters pass from 
 _LAUNCHERS = {}      # verified launchers by (query shape and dtype, codecs, scale, backend, variant): what `_fast_final` reads
 _FINAL_RUNS = {}     # launchers by configuration (plans kept alive with them, so their ids stay theirs)
 
+def _input_slots(kplan, vplan, names, const):
+    """A launcher's decode-kernel inputs prepared once: (the input list with the constants in place, the positions of
+    `q`, `meta` and `mask`, and (position, side, part index) of every storage part a call fills in)"""
+    slot = {}
+    for side, plan in ((0, kplan), (1, vplan)):
+        for i, b in enumerate(plan.bands):
+            slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
+            if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
+    return ([const.get(nm) for nm in names], (names.index('q'), names.index('meta'), names.index('mask')),
+            [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot])
+
 def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
     """((B, Hkv, G), run(q, kparts, vparts, n, mask=None)) launching `fused_decode`'s two kernels for calls shaped like this
     one: everything that does not depend on the token count or the mask is prepared once per configuration, so a decode
@@ -517,14 +528,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan))
-    slot = {}
-    for side, plan in ((0, kplan), (1, vplan)):
-        for i, b in enumerate(plan.bands):
-            slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
-            if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
-    base = [const.get(nm) for nm in names]            # the constant inputs in place; the rest filled per call
-    iq, im, imask = names.index('q'), names.index('meta'), names.index('mask')
-    parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
+    base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD else None
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
@@ -561,14 +565,7 @@ def _partial_launcher(queries, kplan, vplan, kparts, scale, backend):
     comb, ct = _get_combine(backend, None), _combine_threads(VDP)
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan))
-    slot = {}
-    for side, plan in ((0, kplan), (1, vplan)):
-        for i, b in enumerate(plan.bands):
-            slot['kv'[side] + f'w{i}'], slot['kv'[side] + f'g{i}'] = (side, b.words), (side, b.gamma)
-            if b.bias is not None: slot['kv'[side] + f'z{i}'] = (side, b.bias)
-    base = [const.get(nm) for nm in names]
-    iq, im, imask = names.index('q'), names.index('meta'), names.index('mask')
-    parts_at = [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot]
+    base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkey = (R, G, Hkv, False, VDP, _variant())
     whole = len(kplan.bands) == 1 and kplan.bands[0].n % 32 == 0          # the band's queries as they are, else padded to slices
     pads = [32 * _nslices(b.n) for b in kplan.bands]
