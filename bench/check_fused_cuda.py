@@ -130,7 +130,6 @@ for _mma in ((True, False) if 'check' in only else ()):
                 if bad: failures.append(tag)
                 if True:
                     log(f'{tag} {"mma" if _mma and _AKc._mma_ok(kp, vp, G) else "simt"} | {e1 if e1 is None else f"{e1:.2e}"} | {e2:.2e} (vs float16 reference {e2h:.2e}) | {g} {"FAIL" if bad else ""} {[str(x.message)[:300] for x in w]}')
-    from mlx_kvq import packing as _P
     for n_, bits_, why_ in _P.check_fused('cuda'):    # quantize (single and pair: keys and values of one update in one launch) / dequantize kernels
         log(f'packing kernels dim {n_} bits {bits_}: {why_ or "agree"}')
         if why_: failures.append(f'packing dim {n_} bits {bits_}: {why_}')

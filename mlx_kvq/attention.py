@@ -356,9 +356,9 @@ def _step(n, R, G, Hkv, has_mask, VDP, key=None):
         if len(_META_TABLES) > 256: _META_TABLES.clear()
         rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
         flat = device_constant(rows)                              # one device op per META_ROWS steps
-        got = _META_TABLES[key] = (n, flat.reshape(rows.shape), mx.split(flat, META_ROWS), rows[:, 1].tolist())
+        got = _META_TABLES[key] = (n, mx.split(flat, META_ROWS), rows[:, 1].tolist())
     i = n - got[0]
-    return got[2][i], got[3][i]
+    return got[1][i], got[2][i]
 
 def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
@@ -395,6 +395,18 @@ def _mask_input(mask, B, n):
     mk = mask if mask.dtype != mx.bool_ else mx.where(mask, 0.0, -mx.inf)
     return mx.contiguous(mx.broadcast_to(mk.astype(mx.float32).reshape(mk.shape[0] if mk.ndim >= 5 else 1, n), (B, n)))
 
+def _query_rows(kplan, qk, R, G):
+    "The decode kernel's `q` input (R, G, slices x 32) from the bands' queries (`_band_queries`): each band padded to whole 32-dim slices"
+    if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: return qk[0].reshape(R, G, -1)
+    return mx.concatenate([_pad_to(x[..., 0, :], 32 * _nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
+
+def _band_outputs(vplan, O, B, Hkv, G):
+    "The combine kernel's unnormalized output (R, G, VDP) cut into the value bands' weighted sums (B, Hkv, G, 1, n)"
+    outs, off = [], 0
+    for b in vplan.bands:
+        outs.append(O[..., off:off + b.n].reshape(B, Hkv, G, 1, b.n)); off += 32 * _nslices(b.n)
+    return outs
+
 def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, scale=None, half=None):
     "Launch the decode kernel; q is (B, Hkv, G, 1, D) prepared, or the raw queries when `qprep` ('plain' / 'rot')"
     B, Hkv, G, D = q.shape[0], kparts[0].shape[1], q.shape[1] // kparts[0].shape[1] if qprep else q.shape[2], q.shape[-1]
@@ -402,14 +414,12 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
     if qprep: qcat, kbias = q, None
     else:
         qk, kbias = _band_queries(kplan, q)
-        if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: qcat = qk[0].reshape(R, G, -1)
-        else: qcat = mx.concatenate([_pad_to(x[..., 0, :], 32 * _nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
-    CH = _chunk(n, R, G); S = -(-n // CH)
+        qcat = _query_rows(kplan, qk, R, G)
     VDP = 32 * sum(_side_layout(vplan)[0])
     half = q.dtype != mx.float32 if half is None else half
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     mk = _mask_input(mask, B, n)
-    meta = _step_meta(n, R, G, Hkv, mask is not None, VDP)   # per call: n changes every step
+    meta, S = _step(n, R, G, Hkv, mask is not None, VDP)   # per call: n changes every step
     val = dict(q=mx.contiguous(qcat), ktab=_tables(kplan), vtab=_tables(vplan), mask=mk, meta=meta)
     if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _signs(kplan)
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
@@ -425,12 +435,9 @@ def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, b
     o, ml, meta, kbias, (B, Hkv, G, R, VDP) = _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, half=half)
     O, mlo = _get_combine(backend, None)(inputs=[o, ml, meta], grid=(R * G * _combine_threads(VDP), 1, 1), threadgroup=(_combine_threads(VDP), 1, 1),
                                          output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[mx.float32, mx.float32])
-    outs, off = [], 0
-    for b in vplan.bands:
-        outs.append(O[..., off:off + b.n].reshape(B, Hkv, G, 1, b.n)); off += 32 * _nslices(b.n)
     m, l = mlo[..., :1].reshape(B, Hkv, G, 1, 1), mlo[..., 1:].reshape(B, Hkv, G, 1, 1)
     if kbias is not None: m = m + kbias
-    return m, l, _finish_values(vplan, outs, l)
+    return m, l, _finish_values(vplan, _band_outputs(vplan, O, B, Hkv, G), l)
 
 def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, backend='cuda'):
     "Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the configuration's launcher)"
@@ -567,13 +574,10 @@ def _partial_launcher(queries, kplan, vplan, kparts, scale, backend):
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkey = (R, G, Hkv, False, VDP, _variant())
-    whole = len(kplan.bands) == 1 and kplan.bands[0].n % 32 == 0          # the band's queries as they are, else padded to slices
-    pads = [32 * _nslices(b.n) for b in kplan.bands]
-    voffs = [sum(32 * _nslices(x.n) for x in vplan.bands[:i]) for i in range(len(vplan.bands))]
     def run(queries, kp, vp, n):
         q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, G, 1, D)
         qk, _ = _band_queries(kplan, q)      # q . mean shifts every score of a row alike: the output does not see it
-        qcat = qk[0].reshape(R, G, -1) if whole else mx.concatenate([_pad_to(x[..., 0, :], w) for x, w in zip(qk, pads)], axis=-1).reshape(R, G, -1)
+        qcat = _query_rows(kplan, qk, R, G)
         meta, S = _step(n, R, G, Hkv, False, VDP, mkey)
         sides, ins = (kp, vp), list(base)
         ins[iq], ins[im], ins[imask] = mx.contiguous(qcat), meta, _mask_input(None, B, n)
@@ -583,8 +587,7 @@ def _partial_launcher(queries, kplan, vplan, kparts, scale, backend):
         O, mlo = comb(inputs=[o, ml, meta], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[mx.float32, mx.float32])
         l = mlo[..., 1:].reshape(B, Hkv, G, 1, 1)
-        outs = [O[..., off:off + b.n].reshape(B, Hkv, G, 1, b.n) for b, off in zip(vplan.bands, voffs)]
-        return (_finish_values(vplan, outs, l) / l).reshape(B, Hq, 1, -1).astype(queries.dtype)
+        return (_finish_values(vplan, _band_outputs(vplan, O, B, Hkv, G), l) / l).reshape(B, Hq, 1, -1).astype(queries.dtype)
     return (B, Hkv, G), run
 
 def _launch_key(queries, keys, values, scale):

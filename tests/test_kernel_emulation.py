@@ -49,11 +49,16 @@ def test_folded_final_path(case, monkeypatch):
     two calls chained on their row counters, outputs starting as garbage: the second call's answer is right only if the
     first zeroed the counters it returned. Several blocks per row (S > 1), masked and not, both kernel kinds."""
     name, kc, vc, B, Hkv, G, D, n = case
-    assert -(-n // AK._chunk(n, B * Hkv, G)) > 1
-    for mma in (True, False):
+    S = -(-n // AK._chunk(n, B * Hkv, G))
+    assert S > 1
+    for mma, lpch_min in ((True, AK.LPCH_MIN), (True, 0), (False, AK.LPCH_MIN)):
         monkeypatch.setattr(AK, 'MMA', mma)
+        monkeypatch.setattr(AK, 'LPCH_MIN', lpch_min)   # 0: each block serves several chunks, fewer blocks than chunks count on a row
+        if lpch_min == 0:
+            kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+            assert AK._grid_x(S, kp, vp, G, 'cuda', R=B * Hkv) < S
         for masked in (False, True):
-            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.tolerance(kc, vc, G, D), (name, mma, masked)
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.tolerance(kc, vc, G, D), (name, mma, lpch_min, masked)
 
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
