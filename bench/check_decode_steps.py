@@ -19,7 +19,7 @@ from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.calibrated import CalibratedTurboCodec
 
 def calibrated(D):
-    "Two calibrated turbo codecs as `auto:B` plans them (centered, scaled, an outlier band of 5 bits): decode steps through `attention._partial_launcher`"
+    "Two calibrated turbo codecs as `auto:B` plans them (centered, scaled, an outlier band of 5 bits): decode steps through the final path's dense finish (query kernel, decode kernel finishing the attention)"
     rng = np.random.default_rng(0)
     mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
                                         outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)

@@ -258,7 +258,7 @@ if 'variants' in only:
             q0, ks, vs = ins[0]
             kp, vp = A.side_plan(ks.codec, D), A.side_plan(vs.codec, D)
             qk = A._finish_kind(kp)
-            if qk is None or A._finish_kind(vp) is None or backend != 'cuda': continue
+            if qk in (None, 'dense') or A._finish_kind(vp) is None or backend != 'cuda': continue   # (dense: the query kernel runs first)
             A.attend(q0, ks, vs, scale=D ** -0.5)
             t_dec = bench(lambda q, ks, vs: A._run_decode(q, kp, vp, ks.parts, vs.parts, None, N, 'cuda', qk, D ** -0.5)[:2], ins)
             t_all = bench(lambda q, ks, vs: A.fused_decode(q, kp, vp, ks.parts, vs.parts, None, N, D ** -0.5), ins)

@@ -12,7 +12,7 @@ Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 1
 import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK
-from mlx_kvq.attention import side_plan, _finish_kind
+from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -87,13 +87,24 @@ def decode_inputs(kplan, vplan, qprep):
 def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False):
     "`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that finishes the attention itself)"
     qprep = _finish_kind(kplan)
+    if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin:   # as MLX declares them: the template's `using T` first in the body
         src = 'using T = __half;\n' + src
-        ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else []), outs + [('out', '__half'), ('cnext', 'int32_t')]
+        ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin
+
+def compile_qmap(D, KDP, arch='sm_90'):
+    "`compile_ptxas` of the query kernel of 'dense' plans (half-precision queries in)"
+    return compile_ptxas('q', wrap('q', AK._qmap_source('cuda', D, KDP), [('q', '__half'), ('qmap', 'float'), ('qsc', 'float')], [('qp', 'float')]), arch)
+
+def compile_combine(finish, Dv=None, arch='sm_90'):
+    "`compile_ptxas` of the combine kernel with a finish ('plain' / 'rot' / 'dense'; None: the partial combine)"
+    src = ('using T = __half;\n' if finish else '') + AK._combine_source('cuda', finish, Dv)
+    ins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + [(n, 'float') for n in _fold_inputs(finish)]
+    return compile_ptxas('c', wrap('c', src, ins, [('out', '__half' if finish else 'float'), ('mlo', 'float')]), arch)
 
 CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3', TurboCodec(3), TurboCodec(3, seed=1), 4, 128),
            ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128), ('affine:4', AffineCodec(4), AffineCodec(4), 4, 128),

@@ -15,7 +15,7 @@ from .packing import GuardedKernel, kernel_backend, lookup_decode, device_consta
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
-from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header
+from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header, _qmap_threads
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
@@ -212,6 +212,28 @@ def _finished(plan, outs, l):
     y = (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=-1)) @ maps[1]
     return y if plan.mean is None else y + l * plan.mean
 
+def _kernel_maps(plan, dim):
+    """A turbo plan's query and output transforms for the GPU kernels ('dense' finish): (qmap (dim, KDP): the prepared
+    query's coordinates, each band padded with zero columns to whole 32-dim slices as the decode kernel reads them;
+    vmap (VDP, dim): the finished output from the padded band-space sums, zero rows at the padding; vmean (dim): the
+    centering, 0 without one), flat float32 device constants. Computed once per plan on the CPU stream: float32
+    products there are exact, where a GPU's float32 matmul may round its inputs to TF32"""
+    got = plan.__dict__.get('_kmaps')
+    if got is None or got[0] != dim:
+        with mx.stream(mx.cpu):
+            qs, _ = _band_queries(plan, mx.eye(dim))
+            qmap = mx.concatenate([_pad_to(x, 32 * _nslices(b.n)) for b, x in zip(plan.bands, qs)], axis=-1)
+            N = sum(b.n for b in plan.bands); eye, outs, off = mx.eye(N), [], 0
+            for b in plan.bands: outs.append(eye[:, off:off + b.n]); off += b.n
+            omap, rows, off = _finish_values(plan, outs, 0.0), [], 0
+            for b in plan.bands:
+                rows += [omap[off:off + b.n], mx.zeros((32 * _nslices(b.n) - b.n, dim))]; off += b.n
+            vmap = mx.concatenate(rows, axis=0)
+            vmean = mx.zeros((dim,)) if plan.mean is None else plan.mean.astype(mx.float32)
+            host = [np.array(x, np.float32) for x in (qmap, vmap, vmean)]
+        got = plan._kmaps = (dim, *(device_constant(x) for x in host))
+    return got[1:]
+
 def _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n, half=False):
     "Blockwise (m, l, o) over a quantized segment of `n` tokens: decode one block at a time, online softmax (float32 whatever `half` says)"
     B, Hkv, G, Lq, D = q.shape
@@ -300,7 +322,7 @@ def _kernel_ok_of(q, kplan, vplan, mask):
 _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot', CUDA): the kernel
-    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `vsc`, `vsg` for 'rot'), outputs `out`, `cnext` more"""
+    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep, half, fold)
@@ -310,20 +332,34 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
-        if fold: ins, outs = ins + ['cnt'] + (['vsc', 'vsg'] if fold == 'rot' else []), outs + ['out', 'cnext']
+        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold), outs + ['out', 'cnext']
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         _KERNELS[key] = (make(name=name, input_names=ins, output_names=outs, source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
 
-def _get_combine(backend, finish):
-    key = ('combine', backend, finish, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
+def _fold_inputs(finish):
+    "The inputs a finish adds to the kernel that finishes the attention (the combine or the folded decode kernel)"
+    return {'rot': ['vsc', 'vsg'], 'dense': ['vmap', 'vmean']}.get(finish, [])
+
+def _get_combine(backend, finish, Dv=None):
+    key = ('combine', backend, finish, Dv, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
     if key not in _KERNELS:
-        src = _combine_source(backend, finish)
+        src = _combine_source(backend, finish, Dv)
         make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
-        ins = ['o', 'ml', 'meta'] + (['vsc', 'vsg'] if finish == 'rot' else [])
+        ins = ['o', 'ml', 'meta'] + _fold_inputs(finish)
         name = f'mlx_kvq_decode_combine_{finish or "partial"}_' + hashlib.sha1(src.encode()).hexdigest()[:12]   # MLX caches compiled modules by name
         _KERNELS[key] = make(name=name, input_names=ins, output_names=['out', 'mlo'], source=src)
+    return _KERNELS[key]
+
+def _get_qmap(backend, D, KDP):
+    "The query-preparation kernel of 'dense' key plans (`_qmap_source`), built once per (backend, D, KDP)"
+    key = ('qmap', backend, D, KDP)
+    if key not in _KERNELS:
+        src = _AK._qmap_source(backend, D, KDP)
+        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
+        _KERNELS[key] = make(name=f'mlx_kvq_qmap_' + hashlib.sha1(src.encode()).hexdigest()[:12], input_names=['q', 'qmap', 'qsc'],
+                             output_names=['qp'], source=src)
     return _KERNELS[key]
 
 def _pad_to(x, n):
@@ -368,12 +404,16 @@ def _tables(plan):
     return plan._tab
 
 def _finish_kind(plan):
-    "How the combine kernel can finish a plan's output itself: 'plain' (affine), 'rot' (one Walsh-Hadamard band), else None"
+    """How the kernels prepare a plan's queries and finish its output themselves: 'plain' (affine: the scale), 'rot' (one
+    Walsh-Hadamard band: signs and butterflies), 'dense' (any other turbo plan, the calibrated codecs among them: the
+    query by its dense map in a small kernel before the decode kernel, the output by the dense output map in the combine
+    or folded finish, `_kernel_maps`), else None"""
     if plan.kind == 'affine': return 'plain'
+    if plan.kind != 'turbo': return None
     b = plan.bands[0]
-    if plan.kind == 'turbo' and len(plan.bands) == 1 and plan.mean is None and plan.scale is None and b.rot is not None \
+    if len(plan.bands) == 1 and plan.mean is None and plan.scale is None and b.rot is not None \
             and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024: return 'rot'
-    return None
+    return 'dense' if 32 * sum(_nslices(b.n) for b in plan.bands) <= 1024 else None
 
 def _signs(plan):
     if not hasattr(plan, '_signs'):
@@ -446,9 +486,15 @@ def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, backend=
 def _fused_ok(queries, keys, values, kplan, vplan, mask, sinks):
     "Whether `fused_decode` serves this call: one quantized segment, no sinks, codecs the kernels finish themselves"
     if sinks is not None or keys.head is not None and keys.head.shape[-2] or keys.tail is not None and keys.tail.shape[-2]: return False
-    if _finish_kind(kplan) is None or _finish_kind(vplan) is None: return False
+    kf, vf = _finish_kind(kplan), _finish_kind(vplan)
+    if kf is None or vf is None: return False
     D = queries.shape[-1]
-    return kplan.bands[0].n == D and vplan.bands[0].n == D and D % 32 == 0
+    return _width_ok(kplan, kf, D) and _width_ok(vplan, vf, _value_dim(values, D))
+
+def _width_ok(plan, kind, width):
+    "Whether a side's plan covers its vectors' `width` as the finished kernels read it: every band ('dense'), or one band of whole 32-dim slices"
+    if kind == 'dense': return sum(b.n for b in plan.bands) == width
+    return plan.bands[0].n == width and width % 32 == 0
 
 def _agree_partial(out, ref, *args):
     "None if the fused (m, l, o) matches the blockwise reference, else the reason (2e-3 of the output's scale for half-precision models, as the final path; 1e-3 for float32)"
@@ -465,7 +511,7 @@ def _agree_partial(out, ref, *args):
     return None
 
 def _final_class(queries, kplan, vplan, kparts, vparts, mask, n, scale):
-    return ('final', kplan.signature(), vplan.signature(), queries.shape[1] // kparts[0].shape[1], queries.shape[-1], str(queries.dtype),
+    return ('final', kplan.signature(), vplan.signature(), _finish_kind(kplan), _finish_kind(vplan), queries.shape[1] // kparts[0].shape[1], queries.shape[-1], str(queries.dtype),
             None if mask is None else (mask.ndim, str(mask.dtype)))
 
 def _final_reference(queries, kplan, vplan, kparts, vparts, mask, n, scale):
@@ -527,67 +573,44 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
 def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = _finish_kind(kplan), _finish_kind(vplan)
+    kdense = qprep == 'dense'            # the queries prepared by their own kernel, the decode kernel reads them as they come
+    if kdense: qprep = None
     half = queries.dtype != mx.float32
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     VDP = 32 * sum(_side_layout(vplan)[0])
-    comb, ct = _get_combine(backend, fin), _combine_threads(VDP)
-    extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else []
+    Dv = sum(b.n for b in vplan.bands) if fin == 'dense' else VDP      # the output's width
+    comb, ct = _get_combine(backend, fin, Dv if fin == 'dense' else None), _combine_threads(VDP)
+    extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else list(_kernel_maps(vplan, Dv)[1:]) if fin == 'dense' else []
+    if kdense:
+        KDP = 32 * sum(_side_layout(kplan)[0]); pt = _qmap_threads(KDP)
+        prep, qmap, qsc = _get_qmap(backend, D, KDP), _kernel_maps(kplan, D)[0], _scalar(float(scale))
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
-                 qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan))
+                 **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
-    folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD else None
+    folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None):
         meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         sides, ins = (kp, vp), list(base)
-        ins[iq], ins[im], ins[imask] = mx.contiguous(q), meta, _mask_input(mask, B, n)
+        qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
+                   output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
+        ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]
         grid = ((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1)
         if folded is not None and _AK._fold_ok(S, G, VDP):     # one launch: the decode kernel finishes the attention
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
                 _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                           output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, VDP), (NC,)],
+                                           output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, Dv), (NC,)],
                                            output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
             return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
-                      output_shapes=[(B, Hq, 1, VDP), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
-        return out   # (R, G, VDP) in the kernel's order is (B, Hq, 1, VDP): no reshape to build and submit
-    return (B, Hkv, G), run
-
-def _partial_launcher(queries, kplan, vplan, kparts, scale, backend):
-    """((B, Hkv, G), run(q, kparts, vparts, n)) for decode calls whose codecs the kernels cannot finish themselves (the
-    calibrated codecs of `auto:B`: per-channel centering and scales, several bands): the query's band transforms, the
-    decode and combine kernels and the output's inverse transforms, as `attend` runs them through `fused_decode_partial`,
-    with everything that does not depend on the token count prepared once per configuration (made after the first-use
-    check verified the kernel for it)"""
-    B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
-    half = queries.dtype != mx.float32
-    kernel, names = _get_kernel(kplan, vplan, G, backend, None, half)
-    VDP = 32 * sum(_side_layout(vplan)[0])
-    comb, ct = _get_combine(backend, None), _combine_threads(VDP)
-    mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
-    const = dict(ktab=_tables(kplan), vtab=_tables(vplan))
-    base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
-    mkey = (R, G, Hkv, False, VDP, _variant())
-    def run(queries, kp, vp, n):
-        q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, G, 1, D)
-        qk, _ = _band_queries(kplan, q)      # q . mean shifts every score of a row alike: the output does not see it
-        qcat = _query_rows(kplan, qk, R, G)
-        meta, S = _step(n, R, G, Hkv, False, VDP, mkey)
-        sides, ins = (kp, vp), list(base)
-        ins[iq], ins[im], ins[imask] = mx.contiguous(qcat), meta, _mask_input(None, B, n)
-        for i, s, j in parts_at: ins[i] = sides[s][j]
-        o, ml = kernel(inputs=ins, grid=((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1), threadgroup=(NT, 1, 1),
-                       output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
-        O, mlo = comb(inputs=[o, ml, meta], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
-                      output_shapes=[(R, G, VDP), (R, G, 2)], output_dtypes=[mx.float32, mx.float32])
-        l = mlo[..., 1:].reshape(B, Hkv, G, 1, 1)
-        return (_finish_values(vplan, _band_outputs(vplan, O, B, Hkv, G), l) / l).reshape(B, Hq, 1, -1).astype(queries.dtype)
+                      output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
+        return out   # (R, G, Dv) in the kernel's order is (B, Hq, 1, Dv): no reshape to build and submit
     return (B, Hkv, G), run
 
 def _launch_key(queries, keys, values, scale):
@@ -670,11 +693,5 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
         elif kplan.kind == 'exact' and vplan.kind == 'exact': parts.append(_exact_partial(q, kd[0], vd[0], mk))
         else: parts.append(_quantized_partial(q, kplan, vplan, kd, vd, mk, n, queries.dtype != mx.float32))
         start += n
-    if (backend is not None and Lq == 1 and full is None and sinks is None and len(ksegs) == 1 and ksegs[0][0] != 'exact'
-            and 'exact' not in (kplan.kind, vplan.kind) and _fits(keys.n_quantized, G)
-            and _guard(backend).state.get(_decode_class(q, kplan, vplan, ksegs[0][1], vsegs[0][1], None, keys.n_quantized, queries.dtype != mx.float32)) is True):
-        # the kernel is verified for this configuration: later calls like this one take the memoized launcher (`_fast_final`)
-        if len(_LAUNCHERS) > 1024: _LAUNCHERS.clear()
-        _LAUNCHERS[_launch_key(queries, keys, values, scale)] = (keys.codec, values.codec, *_partial_launcher(queries, kplan, vplan, keys.parts, scale, backend))
     s = None if sinks is None else sinks.astype(mx.float32).reshape(1, Hkv, G, 1, 1)
     return _merge(parts, s).reshape(B, Hq, Lq, -1).astype(queries.dtype)

@@ -253,9 +253,9 @@ def _softmax():
 def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None):
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
-    throughout). `fold` ('plain' / 'rot', CUDA): the kernel also finishes the attention (`_fold_source`)"""
+    throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`)"""
     src = _mma_source(kplan, vplan, G, qprep) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
-    return src + _fold_source(32 * sum(_side_layout(vplan)[0]), fold) if fold else src
+    return src + _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands)) if fold else src
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
     "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
@@ -335,11 +335,28 @@ CU = 8                   # online combine: chunks a thread loads before it merge
 
 def _combine_threads(VDP): return max(1, min(CSPLIT, 1024 // VDP)) * VDP
 
-def _combine_source(backend, finish=None):
+def _dense_combine(x, Dv):
+    "Source: the combine's 'dense' finish: out = x vmap + vmean for the Dv output coordinates, x (VDP) in shared memory; the VDP rows split over the NSL thread groups, their sums added by the first"
+    return f"""    KVQ_SYNC();
+    if (d < {Dv}) {{
+        float y = 0.0f;
+        for (int j = sl; j < VDP; j += NSL) y += {x}[j] * vmap[j * {Dv} + d];
+        osum[sl * VDP + d] = y;
+    }}
+    KVQ_SYNC();
+    if (sl == 0 && d < {Dv}) {{
+        float y = vmean[d];
+        for (int k = 0; k < NSL; ++k) y += osum[k * VDP + d];
+        out[rg * {Dv} + d] = (T)y;
+    }}
+"""
+
+def _combine_source(backend, finish=None, Dv=None):
     "Merge the S chunk results of each (row, head): one block per (row, head) of `_combine_threads(VDP)` threads, groups of "
     "VDP threads (one per output coordinate) each taking every CSPLIT-th chunk. "
-    "finish=None: unnormalized sums and (max, sum); 'plain' / 'rot': the attention output (inverse Walsh-Hadamard + signs for 'rot')"
-    if CONLINE: return _combine_online(backend, finish)
+    "finish=None: unnormalized sums and (max, sum); 'plain' / 'rot': the attention output (inverse Walsh-Hadamard + signs for 'rot'); "
+    "'dense': the output's Dv coordinates by the value plan's dense output map `vmap` (VDP, Dv) and mean `vmean` (a calibrated codec's inverse rotations, band order, scales and centering)"
+    if CONLINE: return _combine_online(backend, finish, Dv)
     head = _PRELUDE[backend] + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
@@ -382,6 +399,7 @@ def _combine_source(backend, finish=None):
     body = """    KVQ_SHARED float x[1024];
     if (sl == 0) x[d] = L > 0.0f ? O / L : 0.0f;
 """
+    if finish == 'dense': return head + body + _dense_combine('x', Dv)
     if finish == 'rot':
         body += """    KVQ_SYNC();
     for (int hh = 1; hh < VDP; hh <<= 1) {
@@ -393,7 +411,7 @@ def _combine_source(backend, finish=None):
     else: body += "    if (sl == 0) out[rg * VDP + d] = (T)x[d];\n"
     return head + body
 
-def _combine_online(backend, finish):
+def _combine_online(backend, finish, Dv=None):
     """The combine in one pass over the chunks. Thread (group `sl`, coordinate `d`) loads CU chunks' (max, sum, output)
     at once, then folds them into its running (mt, lt, O): a chunk above the running max rescales what came before by
     exp(mt - m), any other is weighted by exp(m - mt); chunks of max -inf (every token masked) are skipped. The groups'
@@ -445,6 +463,7 @@ def _combine_online(backend, finish):
     if finish is None: return src + "    if (sl == 0) out[rg * VDP + d] = O;\n"
     src += "    float x = L > 0.0f ? O / L : 0.0f;\n"
     if finish == 'plain': return src + "    if (sl == 0) out[rg * VDP + d] = (T)x;\n"
+    if finish == 'dense': return src + "    KVQ_SHARED float xd[1024];\n    if (sl == 0) xd[d] = x;\n" + _dense_combine('xd', Dv)
     return src + """    if (sl == 0) {   // whole warps: VDP is a multiple of 32
         for (int hh = 1; hh < 32 && hh < VDP; hh <<= 1) { const float p = KVQ_SHFL(x, hh); x = (lane & hh) ? p - x : x + p; }
     }
@@ -501,7 +520,7 @@ def _fold_ok(S, G, VDP):
     "Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the merge's weights and outputs fit the score buffer"
     return S <= FOLD and S + VDP <= _chmax(G)
 
-def _fold_source(VDP, finish):
+def _fold_source(VDP, finish, Dv=None):
     """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain' or 'rot', as
     the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
     counts itself done on its row's counter `cnt[r]` (zero when the kernel starts); the block that finds every other
@@ -567,6 +586,33 @@ def _fold_source(VDP, finish):
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T)xs[i];
     }}
 """
+    if finish == 'dense':   # out = x vmap + vmean: a thread takes 4 output coordinates (16-byte loads of vmap) for 4 heads at once
+        return src + f"""        constexpr int E4 = {Dv // 4}, GQ = (G + 3) / 4;
+        for (int it = tid; it < GQ * E4; it += {NT}) {{
+            const int g0 = 4 * (it / E4), e4 = it - (it / E4) * E4;
+            const float4 mu = reinterpret_cast<const float4*>(vmean)[e4];
+            float4 a[4];
+            #pragma unroll
+            for (int k = 0; k < 4; ++k) a[k] = mu;
+            const float4* const vm = reinterpret_cast<const float4*>(vmap) + e4;
+            #pragma unroll 8
+            for (int j = 0; j < VDP; ++j) {{
+                const float4 w = vm[(long)j * E4];
+                #pragma unroll
+                for (int k = 0; k < 4; ++k) {{
+                    const float xv = g0 + k < G ? xs[(g0 + k) * VDP + j] : 0.0f;
+                    a[k].x += xv * w.x; a[k].y += xv * w.y; a[k].z += xv * w.z; a[k].w += xv * w.w;
+                }}
+            }}
+            #pragma unroll
+            for (int k = 0; k < 4; ++k) {{
+                if (g0 + k >= G) break;
+                T* const op = out + ((long)r * G + g0 + k) * {Dv} + 4 * e4;
+                op[0] = (T)a[k].x; op[1] = (T)a[k].y; op[2] = (T)a[k].z; op[3] = (T)a[k].w;
+            }}
+        }}
+    }}
+"""
     return src + f"""        for (int hh = 1; hh < VDP; hh <<= 1) {{
             for (int i = tid; i < G * VDP / 2; i += {NT}) {{
                 const int g = i / (VDP / 2), d = i - g * (VDP / 2);
@@ -580,6 +626,30 @@ def _fold_source(VDP, finish):
     }}
 """
 
+
+def _qmap_threads(KDP): return max(1, min(4, 1024 // KDP)) * KDP
+
+def _qmap_source(backend, D, KDP):
+    """The query preparation of plans the decode kernel cannot prepare itself ('dense': a calibrated codec's per-channel
+    1/scale, band gather and each band's rotation, as one map): one block per query head of `_qmap_threads(KDP)` threads,
+    groups of KDP threads (one per prepared coordinate j) each summing every NSL-th of the D products q[d] qmap[d, j]
+    (float32 FMAs), the first group adding the groups' sums and scaling by `qsc` into the decode kernel's `q` (R, G, KDP)"""
+    return _PRELUDE[backend] + f"""
+    const long h = KVQ_BX;
+    const int tid = KVQ_TID, NSL = KVQ_NTHREADS / {KDP}, sl = tid / {KDP}, j = tid - sl * {KDP};
+    KVQ_SHARED float qv[{D}];
+    KVQ_SHARED float part[1024];
+    for (int d = tid; d < {D}; d += KVQ_NTHREADS) qv[d] = (float)q[h * {D} + d];
+    KVQ_SYNC();
+    float acc = 0.0f;
+    for (int d = sl; d < {D}; d += NSL) acc += qv[d] * qmap[d * {KDP} + j];
+    part[tid] = acc;
+    KVQ_SYNC();
+    if (sl == 0) {{
+        for (int k = 1; k < NSL; ++k) acc += part[k * {KDP} + j];
+        qp[h * {KDP} + j] = acc * qsc[0];
+    }}
+"""
 
 # %% ../nbs/03a_attention_kernels.ipynb #880f4302
 MMA = True               # CUDA: the tensor-core decode kernel wherever `_mma_ok` (False: the SIMT kernel everywhere)

@@ -207,17 +207,13 @@ def _decode_inputs(kplan, vplan, qprep):
     ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
     return [(n, ty(n)) for n in ins]
 
-def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None, fold=None, calls=1):
-    """The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP). With `fold`
-    the kernel that finishes the attention itself, launched `calls` times, each on the row counters the previous call
-    returned (the first on zeros, as a launcher's): (the last call's out (R, G, VDP), meta, VDP)"""
+def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None):
+    "The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP)"
     Hkv = kparts[0].shape[1]; R = B * Hkv
     CH = AK._chunk(n, R, G); S = -(-n // CH)
     VDP = 32 * sum(AK._side_layout(vplan)[0])
     ins = _decode_inputs(kplan, vplan, qprep)
-    outs = ['o', 'ml']
-    if fold: ins, outs = ins + [('cnt', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fold == 'rot' else []), outs + ['out', ('cnext', 'int32_t')]
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep, fold=fold), ins, outs)
+    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep), ins, ['o', 'ml'])
     mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
         np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
     meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
@@ -227,15 +223,7 @@ def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep,
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
             if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
-    if fold:
-        val.update(cnt=np.zeros(max(R, 4), np.int32), vsc=np.array([1.0 / math.sqrt(VDP)], np.float32), vsg=np.array(A._signs(vplan), np.float32))
-        for _ in range(calls):    # outputs start as garbage (uninitialized on the GPU): the counters must come back zeroed
-            res = [np.full((R, S, G, VDP), np.nan, np.float32), np.full((R, S, G, 2), np.nan, np.float32),
-                   np.full((R, G, VDP), np.nan, np.float32), np.full(max(R, 4), 0x5A5A5A5A, np.int32)]
-            launch([val[nm] for nm, _ in ins], res, AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
-            val['cnt'] = res[3]
-        return res[2], meta, VDP
-    o = np.zeros((R, S, G, VDP), np.float32); ml = np.zeros((R, S, G, 2), np.float32)
+    o = np.full((R, S, G, VDP), np.nan, np.float32); ml = np.full((R, S, G, 2), np.nan, np.float32)   # garbage, as the GPU's
     launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
     return o, ml, meta, VDP
 
@@ -257,46 +245,55 @@ def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
     if kbias is not None: mm = mm + kbias
     return mm, ll, A._finish_values(vplan, outs, ll)
 
+def _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, fold):
+    """The final path exactly as `fused_decode` launches it (`attention._make_final_launcher`: the query kernel of dense
+    plans, the decode kernel, the combine kernel or the decode kernel's own finish), every kernel emulated (`cuda_kernel`
+    standing in for MLX's); `calls` calls of one launcher, the last one's output"""
+    saved = (getattr(mx.fast, 'cuda_kernel', None), A._KERNELS, AK.FOLD)
+    mx.fast.cuda_kernel, A._KERNELS = cuda_kernel, {}
+    AK.FOLD = AK.FOLD if fold else 0
+    try:
+        _, run = A._make_final_launcher(queries, kplan, vplan, kparts, scale, 'cuda')
+        for _ in range(calls): out = run(queries, kparts, vparts, n, mask)
+        return out
+    finally:
+        if saved[0] is None: del mx.fast.cuda_kernel
+        else: mx.fast.cuda_kernel = saved[0]
+        A._KERNELS, AK.FOLD = saved[1:]
+
 def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
-    "The fused final path (`fused_decode`): raw queries prepared in the kernel, the combine normalizing and rotating back"
-    B, Hq, _, D = queries.shape
-    Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
-    qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
-    extra = dict(qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32), qsg=np.array(A._signs(kplan), np.float32))
-    o, ml, meta, VDP = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra)
-    cins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + ([('vsc', 'float'), ('vsg', 'float')] if fin == 'rot' else [])
-    more = [np.array([1.0 / math.sqrt(VDP)], np.float32), np.array(A._signs(vplan), np.float32)] if fin == 'rot' else []
-    out = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
-    compile_kernel(AK._combine_source('cuda', fin), cins, ['out', 'mlo'])([o, ml, meta, *more], [out, mlo], R * G, 1, AK._combine_threads(VDP))
-    return mx.array(out).reshape(B, Hq, 1, VDP)
+    "The fused final path (`fused_decode`) with the combine kernel: raw queries prepared in the kernels, the combine normalizing and transforming back"
+    return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, 1, False)
 
 def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=2):
     "The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls chained on their row counters"
-    B, Hq, _, D = queries.shape
-    Hkv = kparts[0].shape[1]; G = Hq // Hkv
-    qprep, fin = A._finish_kind(kplan), A._finish_kind(vplan)
-    extra = dict(qsc=np.array([float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)], np.float32), qsg=np.array(A._signs(kplan), np.float32))
-    out, meta, VDP = _run_decode_kernel(np.array(queries.astype(mx.float32)), kplan, vplan, kparts, vparts, mask, n, B, G, qprep, 'cuda', extra,
-                                        fold=fin, calls=calls)
-    return mx.array(out).reshape(B, Hq, 1, VDP)
+    S = -(-n // AK._chunk(n, kparts[0].shape[0] * kparts[0].shape[1], queries.shape[1] // kparts[0].shape[1]))
+    assert AK.FOLD and AK._fold_ok(S, queries.shape[1] // kparts[0].shape[1], 32 * sum(AK._side_layout(vplan)[0])), 'a call the fold takes'
+    return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, True)
 
 def tolerance(kc, vc, G, D, backend='cuda'):
     "Largest relative error accepted: the tensor-core kernel rounds codes' values, queries' and weights' low parts to float16 (~3e-4 seen), the SIMT kernel is float32"
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     return 1e-3 if backend == 'cuda' and AK.MMA and AK._mma_ok(kp, vp, G) else 1e-4
 
-def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False):
-    "Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's scale"
+def final_tolerance(kc, vc, G, D):
+    "`tolerance` plus, where the queries are float16 (`check_final`), the rounding of both outputs to float16 (one unit in the last place, 2**-10)"
+    return tolerance(kc, vc, G, D) + (2 ** -10 if AK.MMA else 0.0)
+
+def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False, calls=2):
+    """Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's
+    scale. The queries are float16 where the tensor-core kernel may serve (`AK.MMA`: a half-precision model's call), else float32"""
     mx.random.seed(seed)
     k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
-    q = mx.random.normal((B, Hkv * G, 1, D))
+    q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16 if AK.MMA else mx.float32)
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-    assert A._finish_kind(kp) and A._finish_kind(vp), 'the final path takes turbo (one Hadamard band) and affine codecs'
+    assert A._finish_kind(kp) and A._finish_kind(vp), 'the final path takes turbo and affine codecs'
     kparts, vparts = kc.encode(k), vc.encode(v)
     full = None if not masked else A._full_mask((mx.random.uniform(shape=(B, 1, 1, n)) > 0.3), B, Hkv, G, 1, n)
-    out = (emulate_fold if fold else emulate_final)(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    out = emulate_fold(q, kp, vp, kparts, vparts, full, n, D ** -0.5, calls) if fold else emulate_final(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
     ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
-    return (mx.abs(out - ref).max() / mx.abs(ref).max()).item()
+    assert out.dtype == ref.dtype == q.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
+    return (mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max() / mx.abs(ref.astype(mx.float32)).max()).item()
 
 def check(kc, vc, B, Hkv, G, D, n, masked, seed=0, backend='cuda'):
     "Max error of the emulated kernel's attention output vs the blockwise reference, relative to the output's scale"
@@ -335,8 +332,8 @@ if __name__ == '__main__':
             e = check(kc, vc, B, Hkv, G, D, n, masked) / tolerance(kc, vc, G, D)
             worst = max(worst, e)
             print(f"{name:28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error / tolerance {e:.2f}", flush=True)
-            if D % 32 == 0 and A._finish_kind(A.side_plan(kc, D)) and A._finish_kind(A.side_plan(vc, D)):
-                e = check_final(kc, vc, B, Hkv, G, D, n, masked) / tolerance(kc, vc, G, D); worst = max(worst, e)
+            if A._finish_kind(A.side_plan(kc, D)) and A._finish_kind(A.side_plan(vc, D)):
+                e = check_final(kc, vc, B, Hkv, G, D, n, masked) / final_tolerance(kc, vc, G, D); worst = max(worst, e)
                 print(f"{name + ' (final path)':28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error / tolerance {e:.2f}", flush=True)
     print(f"worst error / tolerance {worst:.2f}")
     sys.exit(0 if worst <= 1 else 1)

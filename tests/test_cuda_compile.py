@@ -18,7 +18,11 @@ from mlx_kvq.attention import side_plan
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
-CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128)]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_emulator import calibrated_pair
+
+CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128),
+         ('calibrated', *calibrated_pair(256), 4, 256)]   # auto:B's codecs on Gemma's shape: the 'dense' finish
 
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
@@ -38,3 +42,13 @@ def test_a_missing_macro_fails_to_compile(monkeypatch):
     _, kc, vc, G, D = CASES[0]
     with pytest.raises(RuntimeError, match='KVQ_GX'):
         CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True)
+
+@pytest.mark.parametrize('finish', [None, 'plain', 'rot', 'dense'])
+def test_combine_kernel_compiles(finish):
+    regs, spill, smem = CR.compile_combine(finish, 256 if finish == 'dense' else None)
+    assert 0 < regs <= 255 and spill == 0 and 0 < smem <= 48 * 1024
+
+def test_query_kernel_compiles():
+    "The query kernel of 'dense' plans (Gemma's head dim, two bands padded to 288 prepared coordinates)"
+    regs, spill, smem = CR.compile_qmap(256, 288)
+    assert 0 < regs <= 255 and spill == 0 and 0 < smem <= 48 * 1024

@@ -34,14 +34,23 @@ def test_simt_kernel_on_cuda(case, monkeypatch):
     if kc is None: kc, vc = E.calibrated_pair(D)
     assert E.check(kc, vc, B, Hkv, G, D, n, True) <= 1e-4, name
 
-FINAL = [c for c in E.CASES if c[1] is not None and c[6] % 32 == 0 and c[0] in ('turbo:4', 'turbo:3', 'affine:8,4', 'affine:3 g64 / affine:6 g32')]
+FINAL = [c for c in E.CASES if c[6] % 32 == 0 and c[0] in ('turbo:4', 'turbo:3', 'affine:8,4', 'affine:3 g64 / affine:6 g32', 'calibrated 5o/4o')] + \
+        [('turbo:3 keys / calibrated values', 'mixed', None, 1, 2, 4, 128, 500)]   # a 'rot' side beside a 'dense' one
+
+def _pair(kc, vc, D):
+    "The codecs of a case (the calibrated ones made for its head dim)"
+    if kc is None: return E.calibrated_pair(D)
+    if kc == 'mixed': return E.CASES[1][1], E.calibrated_pair(D)[1]
+    return kc, vc
 
 @pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
 def test_emulated_final_path_matches_reference(case):
-    "Queries scaled and rotated in the kernel, the combine normalizing and rotating the output back (`fused_decode`)"
+    """Queries scaled and rotated in the kernel (or, for the calibrated codecs, mapped by their own kernel), the combine
+    normalizing and transforming the output back (`fused_decode`)"""
     name, kc, vc, B, Hkv, G, D, n = case
+    kc, vc = _pair(kc, vc, D)
     for masked in (False, True):
-        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), (name, masked)
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked) <= E.final_tolerance(kc, vc, G, D), (name, masked)
 
 @pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
 def test_folded_final_path(case, monkeypatch):
@@ -49,16 +58,17 @@ def test_folded_final_path(case, monkeypatch):
     two calls chained on their row counters, outputs starting as garbage: the second call's answer is right only if the
     first zeroed the counters it returned. Several blocks per row (S > 1), masked and not, both kernel kinds."""
     name, kc, vc, B, Hkv, G, D, n = case
+    kc, vc = _pair(kc, vc, D)
     S = -(-n // AK._chunk(n, B * Hkv, G))
     assert S > 1
     for mma, lpch_min in ((True, AK.LPCH_MIN), (True, 0), (False, AK.LPCH_MIN)):
         monkeypatch.setattr(AK, 'MMA', mma)
         monkeypatch.setattr(AK, 'LPCH_MIN', lpch_min)   # 0: each block serves several chunks, fewer blocks than chunks count on a row
-        if lpch_min == 0:
-            kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        if lpch_min == 0 and AK._per_block(kp, vp, G, 'cuda') > 1:   # (the calibrated bands' kernel serves one chunk per block)
             assert AK._grid_x(S, kp, vp, G, 'cuda', R=B * Hkv) < S
         for masked in (False, True):
-            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.tolerance(kc, vc, G, D), (name, mma, lpch_min, masked)
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, mma, lpch_min, masked)
 
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
@@ -66,9 +76,25 @@ def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     orig = AK._fold_source
     monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[r] = 0;', ';'))
     assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
-    orig_run = E._run_decode_kernel
-    monkeypatch.setattr(E, '_run_decode_kernel', lambda *a, **kw: orig_run(*a, **{**kw, 'calls': 1}))
-    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.tolerance(kc, vc, G, D)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True, calls=1) <= E.final_tolerance(kc, vc, G, D)
+
+def test_dense_finish_is_checked(monkeypatch):
+    """Not vacuous: the calibrated codecs' final path is wrong, and caught, when the query kernel drops the attention
+    scale, or when the combine's or the folded finish's output map skips the first row of the band space"""
+    name, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[0] == 'calibrated 5o/4o'][0]
+    kc, vc = _pair(kc, vc, D)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) <= E.final_tolerance(kc, vc, G, D)
+    orig_q = AK._qmap_source
+    monkeypatch.setattr(AK, '_qmap_source', lambda *a: orig_q(*a).replace('acc * qsc[0]', 'acc'))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+    monkeypatch.setattr(AK, '_qmap_source', orig_q)
+    orig_c = AK._dense_combine
+    monkeypatch.setattr(AK, '_dense_combine', lambda *a: orig_c(*a).replace('int j = sl;', 'int j = sl + (sl == 0 ? NSL : 0);'))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
+    monkeypatch.setattr(AK, '_dense_combine', orig_c)
+    orig_f = AK._fold_source
+    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig_f(*a).replace('for (int j = 0; j < VDP; ++j)', 'for (int j = 1; j < VDP; ++j)'))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
@@ -149,7 +175,7 @@ def test_combine_catches_a_wrong_transform(monkeypatch):
     "The final path's check is not vacuous for the one-pass combine: a wrong sign in its cross-warp transform is caught"
     import mlx.core as mx
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
-    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) <= E.tolerance(kc, vc, G, D)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False) <= E.final_tolerance(kc, vc, G, D)
     orig = AK._combine_online
     monkeypatch.setattr(AK, '_combine_online', lambda *a: orig(*a).replace('y += (t & 1) ? -z : z;', 'y += (t & 2) ? -z : z;'))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
@@ -209,7 +235,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     dt = getattr(mx, dtype)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
-    if scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the partial kernels and the memoized partial launcher
+    if scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the final path's 'dense' finish
     else: cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
     mx.random.seed(3)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt)
@@ -226,9 +252,8 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
     assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
-    if scheme == 'calibrated':   # served by the partial launcher: decode + combine kernels, transforms around them
-        assert any(nm.startswith('mlx_kvq_decode_combine_partial') for nm in launched), set(launched)
-        return
+    if scheme == 'calibrated':   # the queries prepared by their own kernel (dense map), the output finished by the decode kernel (dense map)
+        assert A._finish_kind(A.side_plan(cache.k_codec, D)) == 'dense' and any(nm.startswith('mlx_kvq_qmap') for nm in launched), set(launched)
     # calls of a few chunks (`AK.FOLD`): the decode kernel finished the attention itself, no combine kernel was launched
     assert AK.FOLD and not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
     # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
