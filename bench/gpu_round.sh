@@ -9,6 +9,9 @@
 #       model  (whole Llama-3.2-1B-shaped model at 32K and 128K, fp16 / turbo:4 / affine:4 / affine:8,4, 3 rounds)
 #       ncu    (Nsight Compute stall profiles of the decode and combine kernels at 4K and 128K, bench/ncu_stalls.sh)
 #       variants (one layer, the defaults against PSUM=True and the previous combine, side by side: about 1.5 min)
+#       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
+#       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
+#       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
@@ -34,5 +37,12 @@ case $part in
              KVQ_KNOBS="$k" timeout 270 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 24 --host \
                --no-ablations --out "$O" > "$O/model_${k/=/}.log" 2>&1; done
            for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]|^\\{" "$f" | tail -8; done ;;
+  gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
+             KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
+           for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;
+  gemmascap) for i in 1 2; do for k in "SCAP=4096" "SCAP=256"; do   # Gemma's shape with and without the cap of ~256 chunks per row (the default since 2026-11-27)
+             KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
+           for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;
+  calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

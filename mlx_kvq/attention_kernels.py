@@ -8,8 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH', 'SCAL',
-           'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
+           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -494,7 +494,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -507,9 +507,11 @@ def _fits(n, G):
     "Whether n tokens fit the kernels: at most SMAX chunks of at most `_chmax(G)` tokens"
     return n <= SMAX * _chmax(G)
 
+SCAP = 256               # most chunks per row a decode call aims for: with few rows (one KV head, Gemma's shape) BLOCKS alone cuts a long context in ~900 short chunks, which the combine then merges slowly
+
 def _chunk(n, R, G):
-    "Tokens per thread block: enough blocks to fill the GPU, at most 1024 (and the score buffer <= 4096 floats)"
-    ch = max(-(-n * R // BLOCKS), -(-n // SMAX))
+    "Tokens per thread block: enough blocks to fill the GPU, at most 1024 (and the score buffer <= 4096 floats), at most about SCAP chunks per row"
+    ch = max(-(-n * R // BLOCKS), -(-n // SMAX), -(-n // SCAP))
     ch = -(-ch // 32) * 32
     return int(max(64, min(ch, _chmax(G))))
 

@@ -16,7 +16,7 @@ from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
 # %% auto #0
-__all__ = ['packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'QJLKeyCodec']
+__all__ = ['COMPILE_ON_GPU', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
 from .packing import pack as pack_codes, unpack as unpack_codes, packed_words
@@ -36,6 +36,7 @@ class HalfCodec(Codec):
 # %% ../nbs/12a_calibrated.ipynb #3d46c272
 def _f32list(x): return None if x is None else [float(v) for v in np.asarray(x, dtype=np.float32)]
 
+COMPILE_ON_GPU = True    # the traced encode on a GPU too: an H200 built a decode step's update in 55-57 us instead of 137-146 and submitted it in 109-110 instead of 154-155, the same codes (bench/calibrated_update_cuda.py, 2026-11-27)
 _JOINT_ROWS = 16   # vectors per call up to which the bands are packed together (a decode step: one token per KV head)
 _SHIFTS = {}
 def _pack_bands(codes, bands):
@@ -118,9 +119,10 @@ class CalibratedTurboCodec(Codec):
         return self._mx[dim]
 
     def encode(self, x):
-        """Parts of `x` (.., dim): each band's packed codes and float16 norm. On the CPU `_encode` runs as one graph traced
-        once per input shape by `mx.compile` (same values: its elementwise steps fused, far fewer MLX operations per call)"""
-        if mx.default_device().type != mx.DeviceType.cpu: return self._encode(x)
+        """Parts of `x` (.., dim): each band's packed codes and float16 norm. On the CPU (and on a GPU with
+        `COMPILE_ON_GPU`) `_encode` runs as one graph traced once per input shape by `mx.compile` (same values: its
+        elementwise steps fused, far fewer MLX operations per call)"""
+        if not COMPILE_ON_GPU and mx.default_device().type != mx.DeviceType.cpu: return self._encode(x)
         f = self.__dict__.get('_compiled_encode')
         if f is None: f = self._compiled_encode = mx.compile(self._encode)
         return f(x)
