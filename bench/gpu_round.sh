@@ -11,6 +11,7 @@
 #       variants (one layer, the defaults against PSUM=True and the previous combine, side by side: about 1.5 min)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
+#       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -43,6 +44,8 @@ case $part in
   gemmascap) for i in 1 2; do for k in "SCAP=4096" "SCAP=256"; do   # Gemma's shape with and without the cap of ~256 chunks per row (the default since 2026-11-27)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;
+  hostcalls) for i in 1 2; do timeout 200 python3 bench/host_calls_cuda.py > "$O/hostcalls_$i.log" 2>&1; done   # host cost per call (build / submit / wait), Llama and Gemma shapes, two runs
+           for f in "$O"/hostcalls_*.log; do echo "$f"; grep "^|" "$f"; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 """What one attention call and one cache update cost the host on the GPU machine, per scheme: the Python graph building
 (`build`), MLX's submission of the built operations (`submit`: `mx.async_eval` walks the graph and launches every
 kernel on the host thread) and what the GPU then still needs (`wait`), per call, with many independent calls per
-evaluation. Plus what a custom kernel call costs to build by the size of its source (MLX regenerates a
+evaluation, on Llama-3.2-1B's attention shape and on the embedded Gemma's (fp16 SDPA, `turbo:4`, the calibrated pair
+`auto:B` plans). Plus what a custom kernel call costs to build by the size of its source (MLX regenerates a
 `mx.fast.cuda_kernel`'s full source on every call) and by `mx.fast.precompiled_cuda_kernel` (compiled once; scalar
 arguments passed by value).
 
@@ -12,7 +13,7 @@ import argparse, ctypes, ctypes.util, glob, hashlib, os, platform, sys, time, wa
 from pathlib import Path
 import mlx.core as mx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1])); sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mlx_kvq import attention as A, packing as P
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
@@ -99,6 +100,22 @@ def main():
     print(f"| fp16 KVCache.update_and_fetch (build only) | {per_call(lambda: lm.update_and_fetch(kt, vt)[0], 200):.1f} | - | - |")
     for nm, c in caches.items():
         print(f"| {nm} update_and_fetch (build only) | {per_call(lambda c=c: c.update_and_fetch(kt, vt)[0].storage[0], 200):.1f} | - | - |", flush=True)
+    # the embedded Gemma's shape (4 query / 1 KV head, d256): fp16 SDPA, turbo:4 and the calibrated pair auto:B plans
+    from host_layer_mock import calibrated
+    gq = [mx.random.normal((1, 4, 1, 256)).astype(dt) for _ in range(8)]
+    gk, gv = mx.random.normal((1, 1, n, 256)).astype(dt), mx.random.normal((1, 1, n, 256)).astype(dt)
+    g1k, g1v = mx.random.normal((1, 1, 1, 256)).astype(dt), mx.random.normal((1, 1, 1, 256)).astype(dt)
+    mx.eval(gq, gk, gv, g1k, g1v)
+    row("Gemma shape: fp16 SDPA (4/1 heads, d256)", *split(lambda i: mx.fast.scaled_dot_product_attention(gq[i % 8], gk, gv, scale=256 ** -0.5), a.calls))
+    for nm, c in (('turbo:4', TurboQuantKVCache(4, 4)), ('auto:5-like calibrated pair', CodecKVCache(calibrated(5, 256, 0), calibrated(4, 256, 1)))):
+        s_ = c.update_and_fetch(gk, gv); mx.eval(c.state)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter('always'); mx.eval(c.attend(gq[0], *s_, scale=256 ** -0.5)); mx.eval(c.attend(gq[1], *s_, scale=256 ** -0.5))
+        if got: print(f"# Gemma {nm}: {[str(w.message)[:200] for w in got]}")
+        row(f"Gemma shape: {nm} attend", *split(lambda i, c=c, s_=s_: c.attend(gq[i % 8], *s_, scale=256 ** -0.5), a.calls))
+        for _ in range(4): c.update_and_fetch(g1k, g1v)            # traced encode, quantize launcher: made before the timing
+        mx.eval(c.state)
+        print(f"| Gemma shape: {nm} update_and_fetch (build only) | {per_call(lambda c=c: c.update_and_fetch(g1k, g1v)[0].storage[0], 200):.1f} | - | - |", flush=True)
     # custom kernel calls by source size, and precompiled
     x4 = mx.arange(4, dtype=mx.float32); y4 = x4 + 1; mx.eval(x4, y4)
     for pad in (0, 45000):
