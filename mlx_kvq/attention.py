@@ -179,6 +179,14 @@ def _block_size(B, Hkv, G, Lq, D, n):
     per_tok = 4 * B * Hkv * max(G * Lq, D)
     return int(max(256, min(n, BLOCK_BUDGET // per_tok)))
 
+def _band_maps(plan, dim):
+    """A plan's transforms applied to identity matrices: (each band's query map (dim, n), the mean column q . mean or
+    None, the output map (N, dim) from the bands' sums side by side to the finished output, less the l * mean term)"""
+    qs, bias = _band_queries(plan, mx.eye(dim))
+    N = sum(b.n for b in plan.bands); eye, outs, off = mx.eye(N), [], 0
+    for b in plan.bands: outs.append(eye[:, off:off + b.n]); off += b.n
+    return qs, bias, _finish_values(plan, outs, 0.0)
+
 def _dense_maps(plan, dim):
     """A calibrated plan's query and output transforms as two dense float32 matrices, built once: (query map (dim, N [+ 1])
     giving every band's queries side by side and the mean term q . mean as the last column, output map (N, dim) giving the
@@ -188,11 +196,8 @@ def _dense_maps(plan, dim):
     if plan.kind != 'turbo' or (len(plan.bands) == 1 and plan.scale is None and plan.mean is None): return None
     got = plan.__dict__.get('_dense')
     if got is None or got[0] != dim:
-        qs, bias = _band_queries(plan, mx.eye(dim))
+        qs, bias, omap = _band_maps(plan, dim)
         qmap = mx.concatenate(qs + ([] if bias is None else [bias]), axis=-1)
-        N = sum(b.n for b in plan.bands); eye, outs, off = mx.eye(N), [], 0
-        for b in plan.bands: outs.append(eye[:, off:off + b.n]); off += b.n
-        omap = _finish_values(plan, outs, 0.0)
         mx.eval(qmap, omap)
         got = plan._dense = (dim, qmap, omap)
     return got[1:]
@@ -221,11 +226,9 @@ def _kernel_maps(plan, dim):
     got = plan.__dict__.get('_kmaps')
     if got is None or got[0] != dim:
         with mx.stream(mx.cpu):
-            qs, _ = _band_queries(plan, mx.eye(dim))
+            qs, _, omap = _band_maps(plan, dim)
             qmap = mx.concatenate([_pad_to(x, 32 * _nslices(b.n)) for b, x in zip(plan.bands, qs)], axis=-1)
-            N = sum(b.n for b in plan.bands); eye, outs, off = mx.eye(N), [], 0
-            for b in plan.bands: outs.append(eye[:, off:off + b.n]); off += b.n
-            omap, rows, off = _finish_values(plan, outs, 0.0), [], 0
+            rows, off = [], 0
             for b in plan.bands:
                 rows += [omap[off:off + b.n], mx.zeros((32 * _nslices(b.n) - b.n, dim))]; off += b.n
             vmap = mx.concatenate(rows, axis=0)
@@ -321,7 +324,7 @@ def _kernel_ok_of(q, kplan, vplan, mask):
 
 _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
-    """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot', CUDA): the kernel
+    """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold)
     if key not in _KERNELS:

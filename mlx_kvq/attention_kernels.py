@@ -523,14 +523,14 @@ def _fold_ok(S, G, VDP):
     return S <= FOLD and S + VDP <= _chmax(G)
 
 def _fold_source(VDP, finish, Dv=None):
-    """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain' or 'rot', as
-    the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
+    """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain', 'rot' or
+    'dense' with the output's width `Dv`, as the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
     counts itself done on its row's counter `cnt[r]` (zero when the kernel starts); the block that finds every other
     block of the row done merges the row's S chunks for its G heads, as the combine kernel does: a warp per head finds the
     chunks' max and weights (in the score buffer `sc`, free after the loops) and the sum, each thread merges outputs
     (head, coordinate) over the chunks (loads through L2, `__ldcg`: other SMs wrote them), the result divided by the sum,
-    transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) and cast to the
-    model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
+    transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
+    output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
     run one after another (MLX orders them by that dependency), never two at once on one counter."""
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks

@@ -36,7 +36,7 @@ class HalfCodec(Codec):
 # %% ../nbs/12a_calibrated.ipynb #3d46c272
 def _f32list(x): return None if x is None else [float(v) for v in np.asarray(x, dtype=np.float32)]
 
-COMPILE_ON_GPU = True    # the traced encode on a GPU too: an H200 built a decode step's update in 55-57 us instead of 137-146 and submitted it in 109-110 instead of 154-155, the same codes (bench/calibrated_update_cuda.py, 2026-11-27)
+COMPILE_ON_GPU = True    # the traced encode on a GPU too: an H200 built a decode step's update in 54-57 us instead of 137-146 and submitted it in 109-110 instead of 154-155, the same codes (bench/calibrated_update_cuda.py, 2026-11-27)
 _JOINT_ROWS = 16   # vectors per call up to which the bands are packed together (a decode step: one token per KV head)
 _SHIFTS = {}
 def _pack_bands(codes, bands):

@@ -5,7 +5,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
-import ctypes, hashlib, math, subprocess, sys, tempfile
+import contextlib, ctypes, hashlib, math, subprocess, sys, tempfile
 import numpy as np
 import mlx.core as mx
 
@@ -198,68 +198,34 @@ def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_c
         return [mx.array(r).astype(d) for r, d in zip(res, output_dtypes)]
     return call
 
-def _decode_inputs(kplan, vplan, qprep):
-    ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
-    if kplan.kind == 'affine': ins.append('kz0')
-    ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
-    if vplan.kind == 'affine': ins.append('vz0')
-    ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
-    ty = lambda n: 'uint32_t' if n[1:2] == 'w' and n[0] in 'kv' and n[2:].isdigit() else ('int32_t' if n == 'meta' else 'float')
-    return [(n, ty(n)) for n in ins]
-
-def _run_decode_kernel(qarr, kplan, vplan, kparts, vparts, mask, n, B, G, qprep, backend, extra=None):
-    "The decode kernel emulated on `qarr` (float32 numpy, as `_run_decode` passes it): (o, ml, meta, VDP)"
-    Hkv = kparts[0].shape[1]; R = B * Hkv
-    CH = AK._chunk(n, R, G); S = -(-n // CH)
-    VDP = 32 * sum(AK._side_layout(vplan)[0])
-    ins = _decode_inputs(kplan, vplan, qprep)
-    launch = compile_kernel(AK._decode_source(kplan, vplan, G, backend, qprep), ins, ['o', 'ml'])
-    mk = np.zeros(1, np.float32) if mask is None else np.ascontiguousarray(np.broadcast_to((
-        np.where(np.array(mask), 0.0, -np.inf) if mask.dtype == mx.bool_ else np.array(mask.astype(mx.float32))).reshape(-1, n), (B, n)).astype(np.float32))
-    meta = np.array([n, S, Hkv, CH, mask is not None, VDP, R * G, G], np.int32)
-    val = dict(q=np.ascontiguousarray(qarr), ktab=np.array(A._tables(kplan), np.float32), vtab=np.array(A._tables(vplan), np.float32),
-               mask=mk, meta=meta, **(extra or {}))
-    for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
-        for i, b in enumerate(plan.bands):
-            val[f'{side}w{i}'] = np.array(parts[b.words]); val[f'{side}g{i}'] = np.array(parts[b.gamma].astype(mx.float32))
-            if b.bias is not None: val[f'{side}z{i}'] = np.array(parts[b.bias].astype(mx.float32))
-    o = np.full((R, S, G, VDP), np.nan, np.float32); ml = np.full((R, S, G, 2), np.nan, np.float32)   # garbage, as the GPU's
-    launch([val[nm] for nm, _ in ins], [o, ml], AK._grid_x(S, kplan, vplan, G, backend, R=R), R, AK.NT)
-    return o, ml, meta, VDP
+@contextlib.contextmanager
+def _emulated(fold=True):
+    "MLX's custom kernel makers replaced by the emulator (`cuda_kernel`), with a fresh kernel cache (a source patched by a test is built anew); `fold=False`: `AK.FOLD` = 0"
+    saved = (getattr(mx.fast, 'cuda_kernel', None), getattr(mx.fast, 'metal_kernel', None), A._KERNELS, AK.FOLD)
+    mx.fast.cuda_kernel = mx.fast.metal_kernel = cuda_kernel
+    A._KERNELS = {}
+    if not fold: AK.FOLD = 0
+    try: yield
+    finally:
+        for nm, f in (('cuda_kernel', saved[0]), ('metal_kernel', saved[1])):
+            if f is None: delattr(mx.fast, nm)
+            else: setattr(mx.fast, nm, f)
+        A._KERNELS, AK.FOLD = saved[2:]
 
 def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
-    "(m, l, o) of the decode + combine kernels for prepared queries q (B, Hkv, G, 1, D), as `fused_decode_partial` returns them"
-    B, Hkv, G = q.shape[0], kparts[0].shape[1], q.shape[2]
-    R = B * Hkv
-    qk, kbias = A._band_queries(kplan, q)
-    if len(qk) == 1 and qk[0].shape[-1] % 32 == 0: qcat = qk[0].reshape(R, G, -1)
-    else: qcat = mx.concatenate([A._pad_to(x[..., 0, :], 32 * A._nslices(b.n)) for b, x in zip(kplan.bands, qk)], axis=-1).reshape(R, G, -1)
-    o, ml, meta, VDP = _run_decode_kernel(np.array(qcat, np.float32), kplan, vplan, kparts, vparts, mask, n, B, G, None, backend)
-    comb = compile_kernel(AK._combine_source(backend, None), [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')], ['out', 'mlo'])
-    O = np.zeros((R, G, VDP), np.float32); mlo = np.zeros((R, G, 2), np.float32)
-    comb([o, ml, meta], [O, mlo], R * G, 1, AK._combine_threads(VDP))
-    outs, off = [], 0
-    for b in vplan.bands:
-        outs.append(mx.array(O[..., off:off + b.n]).reshape(B, Hkv, G, 1, b.n)); off += 32 * A._nslices(b.n)
-    mm, ll = mx.array(mlo[..., 0]).reshape(B, Hkv, G, 1, 1), mx.array(mlo[..., 1]).reshape(B, Hkv, G, 1, 1)
-    if kbias is not None: mm = mm + kbias
-    return mm, ll, A._finish_values(vplan, outs, ll)
+    """(m, l, o) of the decode + combine kernels for prepared queries q (B, Hkv, G, 1, D), as `fused_decode_partial`
+    returns them (launched by it, the kernels emulated; the tensor-core kernel where it applies, as for a half-precision model)"""
+    with _emulated():
+        return A.fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=True, backend=backend)
 
 def _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, fold):
     """The final path exactly as `fused_decode` launches it (`attention._make_final_launcher`: the query kernel of dense
-    plans, the decode kernel, the combine kernel or the decode kernel's own finish), every kernel emulated (`cuda_kernel`
-    standing in for MLX's); `calls` calls of one launcher, the last one's output"""
-    saved = (getattr(mx.fast, 'cuda_kernel', None), A._KERNELS, AK.FOLD)
-    mx.fast.cuda_kernel, A._KERNELS = cuda_kernel, {}
-    AK.FOLD = AK.FOLD if fold else 0
-    try:
+    plans, the decode kernel, the combine kernel or the decode kernel's own finish), every kernel emulated; `calls` calls
+    of one launcher, the last one's output"""
+    with _emulated(fold):
         _, run = A._make_final_launcher(queries, kplan, vplan, kparts, scale, 'cuda')
         for _ in range(calls): out = run(queries, kparts, vparts, n, mask)
         return out
-    finally:
-        if saved[0] is None: del mx.fast.cuda_kernel
-        else: mx.fast.cuda_kernel = saved[0]
-        A._KERNELS, AK.FOLD = saved[1:]
 
 def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     "The fused final path (`fused_decode`) with the combine kernel: raw queries prepared in the kernels, the combine normalizing and transforming back"
