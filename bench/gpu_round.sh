@@ -9,6 +9,11 @@
 #       model  (whole Llama-3.2-1B-shaped model at 32K and 128K, fp16 / turbo:4 / affine:4 / affine:8,4, 3 rounds)
 #       ncu    (Nsight Compute stall profiles of the decode and combine kernels at 4K and 128K, bench/ncu_stalls.sh)
 #       variants (one layer, the defaults against PSUM=True and the previous combine, side by side: about 1.5 min)
+#       rotab  (one layer, the lean loops' ROT and OPAQUE off vs on (default), alternating, 2 rounds: about 4 min)
+#       lowab / lowncu (one layer / the decode kernel under Nsight Compute at 131K: low parts of queries and weights dropped, fewer registers for more resident blocks)
+#       repab  (32 pair-table copies with 512-token chunks vs the default: Nsight Compute at 131K and one layer alternating: about 7 min)
+#       stall131 (the default decode kernel's stall reasons at 131K, turbo:4, Nsight Compute: about 1 min)
+#       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
@@ -38,6 +43,37 @@ case $part in
              KVQ_KNOBS="$k" timeout 270 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 24 --host \
                --no-ablations --out "$O" > "$O/model_${k/=/}.log" 2>&1; done
            for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]|^\\{" "$f" | tail -8; done ;;
+  rotab) for i in 1 2; do for k in "ROT=False OPAQUE=False" "ROT=True OPAQUE=True"; do   # one layer, the lean loops with copied or rotated register sets and rebuilt or opaque row pointers (both on: the default since 2026-11-27 evening), alternating
+             KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  lowab) for k in "QLO=True" "QLO=False VLO=False" "QLO=False VLO=False LB=5 CH_MAX=512 REP=16 PF=1" "QLO=False VLO=False LB=6 CH_MAX=512 REP=8 PF=1"; do   # one layer: the lean loops' low parts of queries / weights dropped (one product per fragment), then fewer registers and shared bytes for 5 / 6 resident blocks
+             KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__').log" 2>&1; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  lowncu) NCU=/usr/local/cuda/bin/ncu   # the decode kernel alone at 131,072 tokens (Nsight Compute, GPU clocks, warm caches) for lowab's knob sets
+           for s in turbo:4 affine:4; do for k in "QLO=True" "QLO=False VLO=False" "QLO=False VLO=False LB=5 CH_MAX=512 REP=16 PF=1" "QLO=False VLO=False LB=6 CH_MAX=512 REP=8 PF=1"; do
+             f="$O/ncu_${s/:/}_$(echo $k | tr ' =' '__').txt"
+             timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 \
+               --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy --section SchedulerStats python3 bench/ncu_decode.py $s 131072 $k > "$f" 2>&1
+             echo "$s $k: $(grep -E '^    (Duration|Executed Instructions  |Achieved Occupancy|Warp Cycles Per Issued)' "$f" | awk '{print $1" "$NF}' | tr '\n' ' ')"; done; done ;;
+  repab) NCU=/usr/local/cuda/bin/ncu   # 32 copies of the pair tables (no bank conflicts) where 512-token chunks leave room for them: the decode kernel under Nsight Compute (+ shared-memory and L1 tables), then one layer alternating
+           for s in turbo:4 affine:4; do for k in "CH_MAX=1024" "CH_MAX=512" "CH_MAX=512 LPCH=4"; do
+             f="$O/ncu_${s/:/}_$(echo $k | tr ' =' '__').txt"
+             timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 \
+               --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy --section MemoryWorkloadAnalysis_Tables python3 bench/ncu_decode.py $s 131072 $k > "$f" 2>&1
+             echo "$s $k: $(grep -E '^    (Duration|L1/TEX Cache Throughput|Executed Instructions  |Achieved Occupancy)' "$f" | awk '{print $1" "$NF}' | tr '\n' ' ')"; done; done
+           for i in 1 2; do for k in "CH_MAX=1024" "CH_MAX=512"; do
+             KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_${k/=/_}_$i.log" 2>&1; done; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  stall131) NCU=/usr/local/cuda/bin/ncu   # where the default decode kernel's warps wait at 131,072 tokens (turbo:4): the stall reasons per issued instruction
+           M=$(echo barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait | tr ' ' '\n' | sed 's/.*/smsp__average_warps_issue_stalled_&_per_issue_active.ratio/' | paste -sd,)
+           timeout 200 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 --metrics "$M" \
+             --section SpeedOfLight python3 bench/ncu_decode.py turbo:4 131072 > "$O/ncu_stalls_turbo4.txt" 2>&1
+           grep -E "stalled|Duration" "$O/ncu_stalls_turbo4.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' ;;
+  knobncu) NCU=/usr/local/cuda/bin/ncu   # the decode kernel alone at 131,072 tokens (Nsight Compute, duration only) for knobs never timed on a GPU or timed before the lean loops' last changes, each after the default
+           for s in turbo:4 affine:4; do for k in "PF=2" "PSUM=True" "LPCH=4" "PSUM=True LPCH=4" "KACC=2" "PF=3" "PF=2"; do
+             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
+               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+             echo "$s $k: duration us $d" | tee -a "$O/knobncu.txt"; done; done ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
-           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'REP']
+           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'OPAQUE',
+           'QLO', 'VLO', 'ROT', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -494,7 +495,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -682,6 +683,8 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG1(x, p) asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(x) : "l"(p))
 #define KVQ_LDG2(x, y, p) asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p))
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
+#define KVQ_OPAQUE(p) asm("" : "+l"(p))
+#define KVQ_LDGS(p) __ldg(p)
 #define KVQ_CP16(dst, src) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 """
 
@@ -852,7 +855,8 @@ def _sc(side, i, tok, grp):
                        f" + ({grp}) * {side}{nm}{i}_strides[3]]")
 
 def _split(x0, x1, hi, lo):
-    "Source: half2 `hi` of (x0, x1) and half2 `lo` of what rounding left (x - hi): hi + lo carries ~22 bits of each float"
+    "Source: half2 `hi` of (x0, x1) and half2 `lo` of what rounding left (x - hi): hi + lo carries ~22 bits of each float (`lo` None: `hi` alone)"
+    if lo is None: return f"uint32_t {hi}; KVQ_H2({hi}, {x0}, {x1});"
     return f"""uint32_t {hi}, {lo};
             {{ const float y0 = {x0}, y1 = {x1}; float f0, f1; KVQ_H2({hi}, y0, y1); KVQ_H2F(f0, f1, {hi}); KVQ_H2({lo}, y0 - f0, y1 - f1); }}"""
 
@@ -1089,6 +1093,10 @@ LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) c
 PSUM = False             # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
+OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
+QLO = True               # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits)
+VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
+ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
 def _lean_ok(kplan, vplan):
@@ -1129,7 +1137,8 @@ def _lean_rows(kplan, vplan):
         for i, b in enumerate(plan.bands):
             nm = [f'{sd}w{i}', f'{sd}g{i}'] + ([f'{sd}z{i}'] if b.bias is not None else [])
             for x in nm:
-                out.append(f"const KVQ_DEV auto* {x}_row = {x} + b * {x}_strides[0] + h * {x}_strides[1]; const int {x}_s2 = (int){x}_strides[2];")
+                out.append(f"const KVQ_DEV auto* {x}_row = {x} + b * {x}_strides[0] + h * {x}_strides[1]; const int {x}_s2 = (int){x}_strides[2];"
+                           + (f" KVQ_OPAQUE({x}_row);" if OPAQUE else ''))
             if b.table is None: out.append(f"const int {sd}g{i}_s3 = (int){sd}g{i}_strides[3], {sd}z{i}_s3 = (int){sd}z{i}_strides[3];")
     return '\n    '.join(out)
 
@@ -1158,8 +1167,8 @@ def _lean_range(side, i, b, name, tok, start, nbits, declare=True, row=None):
 
 def _lean_sc(side, i, tok, grp=None):
     "Source: band i's per-token scalar (`g` norm / scale, `z` bias) of token `tok` (group `grp` for affine), as float"
-    if grp is None: return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2)]"
-    return lambda nm: f"(float){side}{nm}{i}_row[(unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3)]"
+    if grp is None: return lambda nm: f"(float)KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2))"
+    return lambda nm: f"(float)KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3))"
 
 def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of, rows=None):
     """The loads of one tile for a thread: (declarations, load statements with suffix placeholder `@`, statements of the
@@ -1221,30 +1230,32 @@ def _lean_loop(decl, load, tokset, nts, body, side=None):
             {body}
         }}{post}"""
     buf = lambda s, xs: '\n            '.join(x.replace('@', f'p{s}') for x in xs)
-    pro = '\n        '.join(buf(s, decl) for s in range(k)) + '\n        ' + '\n        '.join(
+    nset = k + 1 if ROT else k       # register sets: ROT keeps one more and rotates them (no copies)
+    pro = '\n        '.join(buf(s, decl) for s in range(nset)) + '\n        ' + '\n        '.join(
         f"{{ {nts.replace('TB', f'warp * 16 + {64 * s}')}\n            {buf(s, load)} }}" for s in range(k))
     stages = []
-    for s in range(k):
+    for s in range(nset):
         copies = []
         for d in decl:
             for nm in [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]:
                 if '[' in nm:
                     base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
-                    copies.append(f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
-                else: copies.append(f"const float {nm.replace('@', '')} = {nm.replace('@', f'p{s}')};")
-        stages.append(f"""IF{s} {{   // stage {s}: its tile's registers in use, the tile {k} steps on loaded into them
+                    copies.append(f"uint32_t (&{base})[{W}] = {base}p{s};" if ROT else f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
+                else: copies.append(f"const float{'&' if ROT else ''} {nm.replace('@', '')} = {nm.replace('@', f'p{s}')};")
+        into = (s + k) % nset        # ROT: the set the previous stage computed on; else this stage's own, once copied
+        stages.append(f"""IF{s} {{   // stage {s}: set {s}'s tile computed on, the tile {k} steps on loaded into set {into}
             const int tb = tb0 + {64 * s};
             {tokset}
             {' '.join(copies)}
             {{ {nts.replace('TB', f'tb + {64 * k}')}
-            {buf(s, load)} }}
+            {buf(into, load)} }}
             {body}
         }}""")
     st = (chr(10) + '            ').join(stages)
-    for s in range(k): st = st.replace(f'IF{s} ', f'if (tb0 + {64 * s} < NV) ')
+    for s in range(nset): st = st.replace(f'IF{s} ', f'if (tb0 + {64 * s} < NV) ')
     return f"""{pro}
         {pre}
-        for (int tb0 = warp * 16; tb0 < NV; tb0 += {64 * k}) {{
+        for (int tb0 = warp * 16; tb0 < NV; tb0 += {64 * nset}) {{
             {st}
         }}{post}"""
 
@@ -1258,7 +1269,7 @@ def _lean_keys(kplan, G, rep):
         for m in range(2 * ns):
             d = f"{32 * kfirst[i]} + {R} * tig + {4 * m}"
             q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
-            qfr.append(_split(q(0), q(1), f"qh{kb}a", f"ql{kb}a") + "\n            " + _split(q(2), q(3), f"qh{kb}b", f"ql{kb}b"))
+            qfr.append(_split(q(0), q(1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(2), q(3), f"qh{kb}b", f"ql{kb}b" if QLO else None))
             kb += 1
     R_of = lambda i: 8 * ksl[i]
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
@@ -1278,7 +1289,8 @@ def _lean_keys(kplan, G, rep):
             regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep)
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
-                        f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}")
+                        + (f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}" if QLO
+                           else f" KVQ_MMA(c[{m % KACC}], a, qh{kb}a, qh{kb}b); }}"))
             kb += 1
         if KACC > 1: body.append(f"  for (int e = 0; e < 4; ++e) for (int k = 1; k < {KACC}; ++k) c[0][e] += c[k][e];")
         if aff: body.append("  sacc[0] += c[0][0]; sacc[1] += c[0][1]; sacc[2] += c[0][2]; sacc[3] += c[0][3]; }")
@@ -1319,7 +1331,7 @@ def _lean_values(vplan, G, rep):
         body = []
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
-        body.append("  " + _split('x0', 'x1', 'bh0', 'bl0')); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1'))
+        body.append("  " + _split('x0', 'x1', 'bh0', 'bl0' if VLO else None)); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1' if VLO else None))
         if aff:
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
@@ -1330,7 +1342,7 @@ def _lean_values(vplan, G, rep):
                 if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
             f = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
-                        f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1); KVQ_MMA(acc[{MT}], a, bl0, bl1); }}")
+                        f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''} }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1

@@ -105,6 +105,8 @@ MACROS = r"""
 #define KVQ_SADDR(p) ((char*)(p))
 #define KVQ_LDS32(x, a) ((x) = *(const uint32_t*)(a))
 #define KVQ_LDG1(x, p) ((x) = *(p))
+#define KVQ_LDGS(p) (*(p))
+#define KVQ_OPAQUE(p) ((void)0)
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
 """

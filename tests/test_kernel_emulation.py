@@ -132,13 +132,15 @@ def test_mma_variants(monkeypatch):
             assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, tp, staged)
 
 def test_lean_variants(monkeypatch):
-    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead, 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, tiles staged through 2-4 cp.async stages or not, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
+    "The lean token loops: short chunks (many blocks, a partial last chunk, tiles past the last token), loads in the tile or 1-3 tiles ahead (register sets rotated or copied), 1 to 32 copies of the pair tables, 1-3 chunks per block, 1, 2 or 4 score accumulators, tiles staged through 2-4 cp.async stages or not, the low halves of queries and weights kept or dropped, every case's bands (unaligned value ranges, 5-8 bit codes, affine groups)"
     monkeypatch.setattr(AK, 'CH_MAX', 128); monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LEAN', True)
     monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # every grid takes LPCH chunks per block, however few rows x chunks
     cases = [c for c in E.CASES if c[1] is not None]
-    for (pf, rep, pch, kacc, stg), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4, 0), (1, 1, 3, 1, 4), (2, 4, 1, 2, 3), (3, 32, 2, 4, 2), (2, 32, 1, 2, 4), (1, 8, 1, 4, 3)), cases):
+    for (pf, rep, pch, kacc, stg, rot, lo), (name, kc, vc, B, Hkv, G, D, n) in zip(((0, 32, 1, 4, 0, True, True), (1, 1, 3, 1, 4, False, False), (2, 4, 1, 2, 3, False, True),
+                                                                                   (3, 32, 2, 4, 2, True, False), (2, 32, 1, 2, 4, True, True), (1, 8, 1, 4, 3, False, False)), cases):
         monkeypatch.setattr(AK, 'PF', pf); monkeypatch.setattr(AK, 'REP', rep); monkeypatch.setattr(AK, 'LPCH', pch); monkeypatch.setattr(AK, 'KACC', kacc)
-        monkeypatch.setattr(AK, 'STG', stg)
+        monkeypatch.setattr(AK, 'STG', stg); monkeypatch.setattr(AK, 'ROT', rot)                     # register sets rotated or copied
+        monkeypatch.setattr(AK, 'QLO', lo); monkeypatch.setattr(AK, 'VLO', lo)                        # low parts of queries and weights kept or dropped
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
