@@ -14,6 +14,7 @@
 #       repab  (32 pair-table copies with 512-token chunks vs the default: Nsight Compute at 131K and one layer alternating: about 7 min)
 #       stall131 (the default decode kernel's stall reasons at 131K, turbo:4, Nsight Compute: about 1 min)
 #       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
+#       wsmab  (the warps' own softmax and parallel sums against PSUM alone and neither: Nsight Compute at 131K, then one layer alternating: about 6 min)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
@@ -74,6 +75,14 @@ case $part in
              d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
                --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
              echo "$s $k: duration us $d" | tee -a "$O/knobncu.txt"; done; done ;;
+  wsmab) NCU=/usr/local/cuda/bin/ncu   # the warps' own softmax (WSM) and parallel sums (PSUM), both the default since 2026-11-27 evening, against PSUM alone and neither: the decode kernel at 131K under Nsight Compute, then one layer alternating
+           for s in turbo:4 affine:4; do for k in "WSM=False PSUM=False" "WSM=False PSUM=True" "WSM=True PSUM=True"; do
+             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
+               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+             echo "$s $k: duration us $d" | tee -a "$O/wsmncu.txt"; done; done
+           for i in 1 2; do for k in "WSM=False PSUM=False" "WSM=True PSUM=True"; do
+             KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
-           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'STG', 'PF', 'OPAQUE',
-           'QLO', 'VLO', 'ROT', 'REP']
+           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'WSM', 'STG', 'PF',
+           'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -495,7 +495,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1090,7 +1090,8 @@ LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
 LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
-PSUM = False             # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
+PSUM = True              # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
+WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`): two block barriers per chunk fewer
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
@@ -1125,7 +1126,7 @@ def _lean_rep(kplan, vplan, G, staged=0):
     "Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async stages included; at most REP), 0 if not even one"
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = KL if _lut_shared(kplan, vplan) else KL + VL
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G   # + the warps' softmax statistics (`WSM`)
     rep = max(1, REP)
     while rep and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
     return rep
@@ -1259,7 +1260,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None):
             {st}
         }}{post}"""
 
-def _lean_keys(kplan, G, rep):
+def _lean_keys(kplan, G, rep, wsm=False):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
     ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
     qfr = []
@@ -1310,9 +1311,9 @@ def _lean_keys(kplan, G, rep):
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
         {_lean_loop(decl, load, tokset, nts, body, 'k')}
-        for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token
+        {'' if wsm else f"for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token"}
     }}
-    KVQ_SYNC();
+    {'' if wsm else 'KVQ_SYNC();'}
 """
 
 def _lean_values(vplan, G, rep):
@@ -1365,12 +1366,55 @@ def _psum_ok(VNS, G):
     "Whether the warps' partial sums fit the score buffer side by side (PSUM): one slab of G x VDP floats per warp"
     return _NW * 32 * VNS <= _chmax(G)
 
+def _wsm_ok(VNS, G):
+    "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
+    return WSM and _psum_ok(VNS, G)
+
+def _warp_softmax():
+    "Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per head -> `wst`, no block barrier"
+    return f"""    {{  // 2. this warp's softmax over its own tiles (tokens warp * 16 + 64 k + i): max, weights e^(s - m), sum -> wst
+        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
+        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
+        float m[G], l[G];
+        for (int g = 0; g < G; ++g) {{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
+        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}
+        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) m[g] = KVQ_MAX(m[g], KVQ_SHFL(m[g], off));
+        for (int j = lane; j < nj; j += 32) {{
+            const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
+            for (int g = 0; g < G; ++g) {{ const float pv = m[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - m[g]); sc[t * G + g] = pv; l[g] += pv; }}
+        }}
+        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
+        if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }}
+        KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
+    }}
+"""
+
 def _warp_sums(acc_out, slab_out, VNS, G):
     """Source: the block's partial output from its warps' accumulators. PSUM (where `_psum_ok`): every warp writes its
     own slab of the score buffer at once (free once all warps are past the value loop), then every thread sums the
     slabs for its outputs: three barriers, all warps busy between them. Else the warps add into `red` one after another
     (four barriers, one warp busy between each)"""
     VDP = 32 * VNS
+    if _wsm_ok(VNS, G):   # each warp's softmax had its own max: its slab scaled by e^(m_w - M), M the block's max
+        slab_out = [x.replace('= acc[', '= wf[e & 1] * acc[') for x in slab_out]
+        return f"""KVQ_SYNC();   // every warp is past the value loop: the score buffer is free, every warp's (m, l) in `wst`
+        float wf[2];   // this warp's factors e^(m_w - M) for the lane's heads 2 tig, 2 tig + 1
+        for (int k = 0; k < 2; ++k) {{
+            const int g = 2 * tig + k; float f = 0.0f;
+            if (g < G) {{ float M = KVQ_NEG_INF; for (int w = 0; w < {_NW}; ++w) M = KVQ_MAX(M, wst[(w * G + g) * 2]);
+                          const float mw = wst[(warp * G + g) * 2]; f = mw == KVQ_NEG_INF ? 0.0f : KVQ_EXP(mw - M); }}
+            wf[k] = f;
+        }}
+        if (tid < G) {{
+            float M = KVQ_NEG_INF, L = 0.0f;
+            for (int w = 0; w < {_NW}; ++w) M = KVQ_MAX(M, wst[(w * G + tid) * 2]);
+            for (int w = 0; w < {_NW}; ++w) {{ const float mw = wst[(w * G + tid) * 2]; if (mw != KVQ_NEG_INF) L += KVQ_EXP(mw - M) * wst[(w * G + tid) * 2 + 1]; }}
+            stat[2 * tid] = M; stat[2 * tid + 1] = L;
+        }}
+        {chr(10).join('        ' + x for x in slab_out).strip()}
+        KVQ_SYNC();
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
+        KVQ_SYNC();   // the slabs and `wst` read before the next chunk overwrites them"""
     if PSUM and _psum_ok(VNS, G):
         return f"""KVQ_SYNC();   // every warp is past the value loop: the score buffer is free
         {chr(10).join('        ' + x for x in slab_out).strip()}
@@ -1397,7 +1441,8 @@ def _lean_source(kplan, vplan, G, qprep, rep, share):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
-    luts = f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
+    wsm = _wsm_ok(VNS, G)
+    luts = (f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else '') + f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
     return _mma_head(G, KNS, VNS) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
@@ -1409,6 +1454,6 @@ def _lean_source(kplan, vplan, G, qprep, rep, share):
     KVQ_SYNC();
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep)}{_softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax() if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

@@ -183,17 +183,21 @@ def test_combine_catches_a_wrong_transform(monkeypatch):
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
 def test_parallel_warp_sums(monkeypatch):
-    "The warps' partial outputs summed in parallel from slabs of the score buffer (PSUM), one or two chunks per block, masked: the same attention"
+    "The warps' partial outputs summed in parallel from slabs of the score buffer (PSUM), after one block softmax per chunk or each warp's own softmax (WSM), one or two chunks per block, masked: the same attention"
     monkeypatch.setattr(AK, 'LEAN', True); monkeypatch.setattr(AK, 'PSUM', True); monkeypatch.setattr(AK, 'LPCH_MIN', 0)
-    for pch, (name, kc, vc, B, Hkv, G, D, n) in ((2, E.CASES[0]), (1, E.CASES[3]), (2, E.CASES[4]), (1, E.CASES[1])):
-        monkeypatch.setattr(AK, 'LPCH', pch)
-        if kc is None: kc, vc = E.calibrated_pair(D)
-        vsl = AK._side_layout(A.side_plan(vc, D))[0]
-        assert AK._psum_ok(sum(vsl), G) and 'every warp is past the value loop' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
-        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pch)
+    for wsm, marker in ((False, 'every warp is past the value loop: the score buffer is free\n'), (True, "this warp's softmax over its own tiles")):
+        monkeypatch.setattr(AK, 'WSM', wsm)
+        for pch, (name, kc, vc, B, Hkv, G, D, n) in ((2, E.CASES[0]), (1, E.CASES[3]), (2, E.CASES[4]), (1, E.CASES[1])):
+            monkeypatch.setattr(AK, 'LPCH', pch)
+            if kc is None: kc, vc = E.calibrated_pair(D)
+            vsl = AK._side_layout(A.side_plan(vc, D))[0]
+            assert AK._psum_ok(sum(vsl), G) and marker in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), (name, wsm)
+            assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pch, wsm)
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
     orig = AK._warp_sums                   # not vacuous: one warp's slab subtracted instead of added is caught
     monkeypatch.setattr(AK, '_warp_sums', lambda *a: orig(*a).replace(' + sc[3 * G', ' - sc[3 * G'))
-    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
+    assert E.check(kc, vc, B, Hkv, G, D, n, True) > 1e-2
+    monkeypatch.setattr(AK, '_warp_sums', lambda *a: orig(*a).replace('wf[e & 1] * acc[', 'acc['))   # the warps' own maxima not reconciled: caught
     assert E.check(kc, vc, B, Hkv, G, D, n, True) > 1e-2
 
 def test_variants(monkeypatch):
