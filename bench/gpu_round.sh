@@ -15,6 +15,7 @@
 #       stall131 (the default decode kernel's stall reasons at 131K, turbo:4, Nsight Compute: about 1 min)
 #       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
 #       wsmab  (the warps' own softmax and parallel sums against PSUM alone and neither: Nsight Compute at 131K, then one layer alternating: about 6 min)
+#       knobncu2 (knobncu with PSUM / WSM on: PF=3, 512-token chunks, BLOCKS=1056)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
@@ -83,6 +84,11 @@ case $part in
            for i in 1 2; do for k in "WSM=False PSUM=False" "WSM=True PSUM=True"; do
              KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  knobncu2) NCU=/usr/local/cuda/bin/ncu   # as knobncu, with PSUM and WSM on (the defaults since e341502): 3 tiles in flight, 512-token chunks with 32 pair-table copies, a block target that fills 4 blocks per SM
+           for s in turbo:4 affine:4; do for k in "PF=2" "PF=3" "CH_MAX=512 LPCH=4" "CH_MAX=512" "BLOCKS=1056" "PF=2"; do
+             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
+               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+             echo "$s $k: duration us $d" | tee -a "$O/knobncu2.txt"; done; done ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;
