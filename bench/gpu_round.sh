@@ -16,6 +16,7 @@
 #       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
 #       wsmab  (the warps' own softmax and parallel sums against PSUM alone and neither: Nsight Compute at 131K, then one layer alternating: about 6 min)
 #       knobncu2 (knobncu with PSUM / WSM on: PF=3, 512-token chunks, BLOCKS=1056)
+#       bmerge (BMERGE with 512-token chunks x 4 per block, low query halves off: GPU checks, Nsight at 131K, one layer: about 9 min, split it if needed)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
@@ -89,6 +90,18 @@ case $part in
              d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
                --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
              echo "$s $k: duration us $d" | tee -a "$O/knobncu2.txt"; done; done ;;
+  bmerge) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"; NCU=/usr/local/cuda/bin/ncu   # each block merging its chunks into one partial (BMERGE, off by default until this runs): checks with it on, then the kernel at 131K (Nsight Compute: every launch matched, decode and any combine) against the default, then one layer alternating
+           mkdir -p "$O/check" "$O/steps"
+           KVQ_KNOBS="$K" timeout 330 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+           KVQ_KNOBS="$K" timeout 330 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+           tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"
+           for s in turbo:4 affine:4; do for k in "PF=2" "$K" "PF=2"; do
+             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_" --launch-skip 4 --launch-count 2 \
+               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+             echo "$s $k: duration us $d" | tee -a "$O/bmergencu.txt"; done; done
+           for i in 1 2; do for k in "PF=2" "$K"; do
+             KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
+           for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;

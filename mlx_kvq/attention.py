@@ -593,6 +593,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
+    bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None):
@@ -602,11 +603,12 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                    output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
         ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]
-        grid = ((_AK._blocks_x(S, R, pch) if mma else S) * NT, R, 1)
-        if folded is not None and _AK._fold_ok(S, G, VDP):     # one launch: the decode kernel finishes the attention
+        GX = _AK._blocks_x(S, R, pch) if mma else S
+        grid, SP = (GX * NT, R, 1), GX if bmerge else S
+        if folded is not None and _AK._fold_ok(SP, G, VDP):    # one launch: the decode kernel finishes the attention
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
                 _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                           output_shapes=[(R, S, G, VDP), (R, S, G, 2), (B, Hq, 1, Dv), (NC,)],
+                                           output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
                                            output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
             return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),

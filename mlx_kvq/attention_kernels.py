@@ -9,8 +9,8 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
-           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'WSM', 'STG', 'PF',
-           'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
+           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG',
+           'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -255,8 +255,11 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None):
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
     throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`)"""
-    src = _mma_source(kplan, vplan, G, qprep) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
-    return src + _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands)) if fold else src
+    carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
+    src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
+    if not fold: return src
+    fin = _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands))
+    return src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
     "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
@@ -495,7 +498,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per thread block
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1021,7 +1024,7 @@ def _mma_values(vplan, G, nst=0, pitch=0):
     }}
 """
 
-def _mma_source(kplan, vplan, G, qprep=None):
+def _mma_source(kplan, vplan, G, qprep=None, carry=False):
     "The tensor-core flash-decoding kernel (CUDA, sm_80+): the SIMT kernel's algorithm with both products on `mma.sync` m16n8k16 (f16 in, f32 accumulate)"
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
@@ -1030,7 +1033,7 @@ def _mma_source(kplan, vplan, G, qprep=None):
     nsc = _scal_size(kplan, vplan, G, ns, pitch)
     _SCS.clear()
     if nsc: _SCS.update({sd: (_scal_layout(pl)[1], _scal_layout(pl)[0], [b.table is None for b in pl.bands]) for sd, pl in (('k', kplan), ('v', vplan))})
-    if LEAN and _lean_ok(kplan, vplan): return _lean_body(kplan, vplan, G, qprep)
+    if LEAN and _lean_ok(kplan, vplan): return _lean_body(kplan, vplan, G, qprep, carry)
     try: return _mma_body(kplan, vplan, G, qprep, ns, pitch, nsc)
     finally: _SCS.clear()
 
@@ -1091,6 +1094,7 @@ KACC = 4                 # lean score loop: independent accumulators of a tile's
 LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
 LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
 PSUM = True              # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
+BMERGE = False           # folded lean kernels with WSM: each block merges the chunks it serves into one partial (a softmax carried across them; `_bmerge_ok`), so the fold merges one partial per block (at most FOLD blocks per row) instead of one per chunk; not yet timed on a GPU
 WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`): two block barriers per chunk fewer
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
@@ -1316,8 +1320,10 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
-def _lean_values(vplan, G, rep):
-    "Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates (weights of tokens past the chunk are 0)"
+def _lean_values(vplan, G, rep, carry=False):
+    """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates
+    (weights of tokens past the chunk are 0). `carry` (`BMERGE`): (accumulators' declaration, the chunk's loop, the
+    warps' merge into the block's one partial) as three parts, the accumulators carried across the block's chunks"""
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
     Rv_of = lambda i: 4 * vsl[i]
@@ -1354,10 +1360,13 @@ def _lean_values(vplan, G, rep):
             #pragma unroll
             for (int e = 0; e < 4; ++e) p[e] = gid < G ? sc[(tq + e) * G + gid] : 0.0f;   // 0 past the last token (softmax of -inf)"""
     nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
+    acc = f"""float acc[{MT}][4];
+        for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
+    loop = _lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v')
+    if carry: return acc, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n", _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX')
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
-        float acc[{MT}][4];
-        for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;
-        {_lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v')}
+        {acc}
+        {loop}
         {_warp_sums(acc_out, slab_out, VNS, G)}
     }}
 """
@@ -1389,7 +1398,40 @@ def _warp_softmax():
     }}
 """
 
-def _warp_sums(acc_out, slab_out, VNS, G):
+def _warp_softmax_carry(MT):
+    """Source: `_warp_softmax` for a warp that carries its softmax across the block's chunks (`BMERGE`): the chunk's max
+    per head joins the running max `cm`, the running sum `cl` and the accumulators are rescaled by e^(old - new) first,
+    the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once, after the last chunk)"""
+    return f"""    {{  // 2. this warp's softmax over its own tiles, joined to what it carries from the block's earlier chunks
+        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
+        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
+        float mc[G], l[G];
+        for (int g = 0; g < G; ++g) {{ mc[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
+        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) mc[g] = KVQ_MAX(mc[g], sc[t * G + g]); }}
+        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) mc[g] = KVQ_MAX(mc[g], KVQ_SHFL(mc[g], off));
+        float f0 = 0.0f, f1 = 0.0f;   // e^(old - new) for the lane's heads 2 tig, 2 tig + 1
+        for (int g = 0; g < G; ++g) {{
+            const float mn = KVQ_MAX(cm[g], mc[g]), f = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(cm[g] - mn);
+            cm[g] = mn; cl[g] *= f;
+            if (g == 2 * tig) f0 = f;
+            if (g == 2 * tig + 1) f1 = f;
+        }}
+        for (int m = 0; m < {MT}; ++m) {{ acc[m][0] *= f0; acc[m][1] *= f1; acc[m][2] *= f0; acc[m][3] *= f1; }}
+        for (int j = lane; j < nj; j += 32) {{
+            const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
+            for (int g = 0; g < G; ++g) {{ const float pv = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - cm[g]); sc[t * G + g] = pv; l[g] += pv; }}
+        }}
+        for (int g = 0; g < G; ++g) {{ for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }}
+        KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
+    }}
+"""
+
+def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
+    "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax"
+    return (BMERGE and backend == 'cuda' and _uses_mma(kplan, vplan, G, backend, half) and LEAN and _lean_ok(kplan, vplan)
+            and _wsm_ok(sum(_side_layout(vplan)[0]), G))
+
+def _warp_sums(acc_out, slab_out, VNS, G, slot='sp', count='S'):
     """Source: the block's partial output from its warps' accumulators. PSUM (where `_psum_ok`): every warp writes its
     own slab of the score buffer at once (free once all warps are past the value loop), then every thread sums the
     slabs for its outputs: three barriers, all warps busy between them. Else the warps add into `red` one after another
@@ -1413,13 +1455,13 @@ def _warp_sums(acc_out, slab_out, VNS, G):
         }}
         {chr(10).join('        ' + x for x in slab_out).strip()}
         KVQ_SYNC();
-        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * {count} + {slot}) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
         KVQ_SYNC();   // the slabs and `wst` read before the next chunk overwrites them"""
     if PSUM and _psum_ok(VNS, G):
         return f"""KVQ_SYNC();   // every warp is past the value loop: the score buffer is free
         {chr(10).join('        ' + x for x in slab_out).strip()}
         KVQ_SYNC();
-        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * {count} + {slot}) * G * {VDP} + i] = {' + '.join(f'sc[{w} * G * {VDP} + i]' for w in range(_NW))};
         KVQ_SYNC();   // the slabs read before the next chunk's scores overwrite them"""
     return f"""for (int w = 0; w < {_NW}; ++w) {{   // the warps' sums, one warp after another
             if (warp == w) {{
@@ -1427,32 +1469,47 @@ def _warp_sums(acc_out, slab_out, VNS, G):
             }}
             KVQ_SYNC();
         }}
-        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * S + sp) * G * {VDP} + i] = red[i];"""
+        for (int i = tid; i < G * {VDP}; i += {NT}) o[((long)r * {count} + {slot}) * G * {VDP} + i] = red[i];"""
 
-def _lean_body(kplan, vplan, G, qprep):
-    "The tensor-core kernel with the lean loops"
+def _lean_body(kplan, vplan, G, qprep, carry=False):
+    "The tensor-core kernel with the lean loops (`carry`: each block's chunks merged into one partial, `BMERGE`)"
     _STAGED.clear(); _STAGED.update(_stage_sides(kplan, vplan))
     rep = _lean_rep(kplan, vplan, G, _stage_bytes(kplan, vplan)) if _STAGED else 0
     if not rep: _STAGED.clear(); rep = max(1, _lean_rep(kplan, vplan, G))   # stages that do not fit: none
-    try: return _lean_source(kplan, vplan, G, qprep, rep, _lut_shared(kplan, vplan))
+    try: return _lean_source(kplan, vplan, G, qprep, rep, _lut_shared(kplan, vplan), carry)
     finally: _STAGED.clear()
 
-def _lean_source(kplan, vplan, G, qprep, rep, share):
+def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     wsm = _wsm_ok(VNS, G)
+    carry = carry and wsm
     luts = (f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else '') + f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
-    return _mma_head(G, KNS, VNS) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
+    head = _mma_head(G, KNS, VNS) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));
     {_lean_rows(kplan, vplan)}
 {_qload(kplan, vplan, G, qprep)}    {fill}
     KVQ_SYNC();
-    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
+"""
+    if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
+        acc, loop, sums = _lean_values(vplan, G, rep, True)
+        MT = int(acc[acc.index('[') + 1:acc.index(']')])
+        return head + f"""    {acc}
+    float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
+    for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}
+    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
+    const int t0 = sp * CH, NV = min(CH, N - t0);
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax_carry(MT)}    {loop}    }}
+    if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
+    {sums}
+    if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+"""
+    return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax() if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}

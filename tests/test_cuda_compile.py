@@ -34,6 +34,16 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+def test_block_merge_kernel_compiles(case, monkeypatch):
+    "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, off by default until timed on a GPU)"
+    monkeypatch.setattr(AK, 'BMERGE', True)
+    _, kc, vc, G, D = case
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True)
+    assert fin is not None and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+    assert AK._bmerge_ok(kp, vp, G) == (AK._lean_ok(kp, vp) and AK._wsm_ok(sum(AK._side_layout(vp)[0]), G))
+
 def test_a_missing_macro_fails_to_compile(monkeypatch):
     "Not vacuous: the folded SIMT kernel without its own `KVQ_GX` definition (the H200's failure) does not compile"
     monkeypatch.setattr(AK, 'MMA', False)

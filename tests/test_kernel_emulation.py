@@ -70,6 +70,28 @@ def test_folded_final_path(case, monkeypatch):
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, mma, lpch_min, masked)
 
+def test_block_merge(monkeypatch):
+    """`BMERGE`: each block of the folded lean kernel carries one softmax across the chunks it serves and stores one
+    partial, the fold merges one partial per block: short chunks, 2-3 chunks per block (some blocks with fewer), masked
+    and not, the low halves kept or dropped: the same attention; not vacuous (the carried accumulators not rescaled when
+    a later chunk raises the max: caught)"""
+    monkeypatch.setattr(AK, 'BMERGE', True); monkeypatch.setattr(AK, 'LEAN', True); monkeypatch.setattr(AK, 'WSM', True)
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # (chunks as the defaults cut them: at most 512 tokens would leave the warps' slabs no room)
+    for lpch, lo, (name, kc, vc, B, Hkv, G, D, n) in ((2, True, FINAL[0]), (3, False, FINAL[2]), (2, False, FINAL[1])):
+        kc, vc = _pair(kc, vc, D)
+        monkeypatch.setattr(AK, 'LPCH', lpch); monkeypatch.setattr(AK, 'QLO', lo); monkeypatch.setattr(AK, 'VLO', lo)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        S = -(-n // AK._chunk(n, B * Hkv, G))
+        assert AK._bmerge_ok(kp, vp, G) and AK._grid_x(S, kp, vp, G, 'cuda', R=B * Hkv) < S, name   # fewer partials than chunks
+        assert 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp)), name
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, lpch, lo, masked)
+    orig = AK._warp_softmax_carry
+    monkeypatch.setattr(AK, '_warp_softmax_carry', lambda MT: orig(MT).replace('acc[m][0] *= f0; acc[m][1] *= f1; acc[m][2] *= f0; acc[m][3] *= f1;', ''))
+    monkeypatch.setattr(AK, 'LPCH', 2)
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
