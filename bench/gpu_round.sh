@@ -23,6 +23,13 @@
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
+ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at 131,072 tokens (Nsight Compute, GPU clocks, warm caches, two launches) per knob set, turbo:4 then affine:4
+  local f=$1 re=$2 s k d; shift 2
+  for s in turbo:4 affine:4; do for k in "$@"; do
+    d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
+      --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+    echo "$s $k: duration us $d" | tee -a "$f"; done; done
+}
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
 case $part in
   check) timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O" > "$O/run.log" 2>&1; tail -3 "$O/run.log" ;;
@@ -72,11 +79,7 @@ case $part in
            timeout 200 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 --metrics "$M" \
              --section SpeedOfLight python3 bench/ncu_decode.py turbo:4 131072 > "$O/ncu_stalls_turbo4.txt" 2>&1
            grep -E "stalled|Duration" "$O/ncu_stalls_turbo4.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' ;;
-  knobncu) NCU=/usr/local/cuda/bin/ncu   # the decode kernel alone at 131,072 tokens (Nsight Compute, duration only) for knobs never timed on a GPU or timed before the lean loops' last changes, each after the default
-           for s in turbo:4 affine:4; do for k in "PF=2" "PSUM=True" "LPCH=4" "PSUM=True LPCH=4" "KACC=2" "PF=3" "PF=2"; do
-             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
-               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-             echo "$s $k: duration us $d" | tee -a "$O/knobncu.txt"; done; done ;;
+  knobncu) ncu_sets "$O/knobncu.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "PSUM=True" "LPCH=4" "PSUM=True LPCH=4" "KACC=2" "PF=3" "PF=2" ;;   # knobs never timed on a GPU or timed before the lean loops' last changes, each after the default
   wsmab) NCU=/usr/local/cuda/bin/ncu   # the warps' own softmax (WSM) and parallel sums (PSUM), both the default since 2026-11-27 evening, against PSUM alone and neither: the decode kernel at 131K under Nsight Compute, then one layer alternating
            for s in turbo:4 affine:4; do for k in "WSM=False PSUM=False" "WSM=False PSUM=True" "WSM=True PSUM=True"; do
              d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
@@ -85,20 +88,13 @@ case $part in
            for i in 1 2; do for k in "WSM=False PSUM=False" "WSM=True PSUM=True"; do
              KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
-  knobncu2) NCU=/usr/local/cuda/bin/ncu   # as knobncu, with PSUM and WSM on (the defaults since e341502): 3 tiles in flight, 512-token chunks with 32 pair-table copies, a block target that fills 4 blocks per SM
-           for s in turbo:4 affine:4; do for k in "PF=2" "PF=3" "CH_MAX=512 LPCH=4" "CH_MAX=512" "BLOCKS=1056" "PF=2"; do
-             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
-               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-             echo "$s $k: duration us $d" | tee -a "$O/knobncu2.txt"; done; done ;;
-  bmerge) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"; NCU=/usr/local/cuda/bin/ncu   # each block merging its chunks into one partial (BMERGE, off by default until this runs): checks with it on, then the kernel at 131K (Nsight Compute: every launch matched, decode and any combine) against the default, then one layer alternating
+  knobncu2) ncu_sets "$O/knobncu2.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "PF=3" "CH_MAX=512 LPCH=4" "CH_MAX=512" "BLOCKS=1056" "PF=2" ;;   # as knobncu, PSUM and WSM on (the defaults since e341502); this regex also matches the combine kernel
+  bmerge) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # each block merging its chunks into one partial (BMERGE, off by default until this runs): checks with it on, then the kernel at 131K (Nsight Compute: every launch matched, decode and any combine) against the default, then one layer alternating
            mkdir -p "$O/check" "$O/steps"
            KVQ_KNOBS="$K" timeout 330 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
            KVQ_KNOBS="$K" timeout 330 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
            tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"
-           for s in turbo:4 affine:4; do for k in "PF=2" "$K" "PF=2"; do
-             d=$(timeout 100 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_" --launch-skip 4 --launch-count 2 \
-               --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-             echo "$s $k: duration us $d" | tee -a "$O/bmergencu.txt"; done; done
+           ncu_sets "$O/bmergencu.txt" "mlx_kvq_decode_" "PF=2" "$K" "PF=2"
            for i in 1 2; do for k in "PF=2" "$K"; do
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;

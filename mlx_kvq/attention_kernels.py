@@ -1379,52 +1379,43 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax():
-    "Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per head -> `wst`, no block barrier"
-    return f"""    {{  // 2. this warp's softmax over its own tiles (tokens warp * 16 + 64 k + i): max, weights e^(s - m), sum -> wst
-        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
-        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
-        float m[G], l[G];
-        for (int g = 0; g < G; ++g) {{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
-        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}
-        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) m[g] = KVQ_MAX(m[g], KVQ_SHFL(m[g], off));
-        for (int j = lane; j < nj; j += 32) {{
-            const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
-            for (int g = 0; g < G; ++g) {{ const float pv = m[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - m[g]); sc[t * G + g] = pv; l[g] += pv; }}
-        }}
-        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
-        if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }}
-        KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
-    }}
-"""
-
-def _warp_softmax_carry(MT):
-    """Source: `_warp_softmax` for a warp that carries its softmax across the block's chunks (`BMERGE`): the chunk's max
-    per head joins the running max `cm`, the running sum `cl` and the accumulators are rescaled by e^(old - new) first,
-    the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once, after the last chunk)"""
-    return f"""    {{  // 2. this warp's softmax over its own tiles, joined to what it carries from the block's earlier chunks
-        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
-        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
-        float mc[G], l[G];
-        for (int g = 0; g < G; ++g) {{ mc[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
-        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) mc[g] = KVQ_MAX(mc[g], sc[t * G + g]); }}
-        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) mc[g] = KVQ_MAX(mc[g], KVQ_SHFL(mc[g], off));
+def _warp_softmax(MT=None):
+    """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
+    head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
+    across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
+    rescaled by e^(old - new) first, the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once,
+    after the last chunk)"""
+    carry = MT is not None
+    w = 'cm' if carry else 'm'    # the max the weights are taken against
+    join = f"""
         float f0 = 0.0f, f1 = 0.0f;   // e^(old - new) for the lane's heads 2 tig, 2 tig + 1
         for (int g = 0; g < G; ++g) {{
-            const float mn = KVQ_MAX(cm[g], mc[g]), f = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(cm[g] - mn);
+            const float mn = KVQ_MAX(cm[g], m[g]), f = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(cm[g] - mn);
             cm[g] = mn; cl[g] *= f;
             if (g == 2 * tig) f0 = f;
             if (g == 2 * tig + 1) f1 = f;
         }}
-        for (int m = 0; m < {MT}; ++m) {{ acc[m][0] *= f0; acc[m][1] *= f1; acc[m][2] *= f0; acc[m][3] *= f1; }}
-        for (int j = lane; j < nj; j += 32) {{
+        for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
+    done = ("for (int g = 0; g < G; ++g) {{ for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }}" if carry else
+            """for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
+        if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }}""")
+    title = "this warp's softmax over its own tiles, joined to what it carries from the block's earlier chunks" if carry else \
+            "this warp's softmax over its own tiles (tokens warp * 16 + 64 k + i): max, weights e^(s - m), sum -> wst"
+    return f"""    {{{{  // 2. {title}
+        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
+        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
+        float m[G], l[G];
+        for (int g = 0; g < G; ++g) {{{{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}}}
+        for (int j = lane; j < nj; j += 32) {{{{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}}}
+        for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) m[g] = KVQ_MAX(m[g], KVQ_SHFL(m[g], off));{join}
+        for (int j = lane; j < nj; j += 32) {{{{
             const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
-            for (int g = 0; g < G; ++g) {{ const float pv = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - cm[g]); sc[t * G + g] = pv; l[g] += pv; }}
-        }}
-        for (int g = 0; g < G; ++g) {{ for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }}
+            for (int g = 0; g < G; ++g) {{{{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}}}
+        }}}}
+        {done}
         KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
-    }}
-"""
+    }}}}
+""".replace('{{', '{').replace('}}', '}')
 
 def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
     "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax"
@@ -1504,7 +1495,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax_carry(MT)}    {loop}    }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(MT)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

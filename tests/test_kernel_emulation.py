@@ -86,8 +86,8 @@ def test_block_merge(monkeypatch):
         assert 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp)), name
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, lpch, lo, masked)
-    orig = AK._warp_softmax_carry
-    monkeypatch.setattr(AK, '_warp_softmax_carry', lambda MT: orig(MT).replace('acc[m][0] *= f0; acc[m][1] *= f1; acc[m][2] *= f0; acc[m][3] *= f1;', ''))
+    orig = AK._warp_softmax
+    monkeypatch.setattr(AK, '_warp_softmax', lambda MT=None: orig(MT).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
     monkeypatch.setattr(AK, 'LPCH', 2)
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
