@@ -16,7 +16,7 @@
 #       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
 #       wsmab  (the warps' own softmax and parallel sums against PSUM alone and neither: Nsight Compute at 131K, then one layer alternating: about 6 min)
 #       knobncu2 (knobncu with PSUM / WSM on: PF=3, 512-token chunks, BLOCKS=1056)
-#       bmerge (BMERGE with 512-token chunks x 4 per block, low query halves off: GPU checks, Nsight at 131K, one layer: about 9 min, split it if needed)
+#       bmergecheck / bmerge (BMERGE with 512-token chunks x 4 per block, low query halves off: the GPU checks; Nsight at 131K and one layer)
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
@@ -89,11 +89,12 @@ case $part in
              KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
   knobncu2) ncu_sets "$O/knobncu2.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "PF=3" "CH_MAX=512 LPCH=4" "CH_MAX=512" "BLOCKS=1056" "PF=2" ;;   # as knobncu, PSUM and WSM on (the defaults since e341502); this regex also matches the combine kernel
-  bmerge) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # each block merging its chunks into one partial (BMERGE, off by default until this runs): checks with it on, then the kernel at 131K (Nsight Compute: every launch matched, decode and any combine) against the default, then one layer alternating
+  bmergecheck) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # each block merging its chunks into one partial (BMERGE, off by default until timed): the GPU checks with it on (about 5.5 min; then `bmerge`)
            mkdir -p "$O/check" "$O/steps"
            KVQ_KNOBS="$K" timeout 330 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
            KVQ_KNOBS="$K" timeout 330 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-           tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"
+           tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log" ;;
+  bmerge) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # after `bmergecheck`: the decode kernel at 131K under Nsight Compute (every launch matched: decode and any combine) against the default, then one layer alternating (about 6 min)
            ncu_sets "$O/bmergencu.txt" "mlx_kvq_decode_" "PF=2" "$K" "PF=2"
            for i in 1 2; do for k in "PF=2" "$K"; do
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
