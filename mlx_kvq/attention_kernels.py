@@ -1095,7 +1095,7 @@ LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for
 LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
 PSUM = True              # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
 BMERGE = False           # folded lean kernels with WSM: each block merges the chunks it serves into one partial (a softmax carried across them; `_bmerge_ok`), so the fold merges one partial per block (at most FOLD blocks per row) instead of one per chunk; not yet timed on a GPU
-WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`): two block barriers per chunk fewer
+WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`; the slab sums then whatever PSUM says): two block barriers per chunk fewer
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
@@ -1396,26 +1396,26 @@ def _warp_softmax(MT=None):
             if (g == 2 * tig + 1) f1 = f;
         }}
         for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
-    done = ("for (int g = 0; g < G; ++g) {{ for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }}" if carry else
+    done = ("for (int g = 0; g < G; ++g) { for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }" if carry else
             """for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
-        if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }}""")
+        if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }""")
     title = "this warp's softmax over its own tiles, joined to what it carries from the block's earlier chunks" if carry else \
             "this warp's softmax over its own tiles (tokens warp * 16 + 64 k + i): max, weights e^(s - m), sum -> wst"
-    return f"""    {{{{  // 2. {title}
+    return f"""    {{  // 2. {title}
         KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
         const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
         float m[G], l[G];
-        for (int g = 0; g < G; ++g) {{{{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}}}
-        for (int j = lane; j < nj; j += 32) {{{{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}}}
+        for (int g = 0; g < G; ++g) {{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
+        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}
         for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) m[g] = KVQ_MAX(m[g], KVQ_SHFL(m[g], off));{join}
-        for (int j = lane; j < nj; j += 32) {{{{
+        for (int j = lane; j < nj; j += 32) {{
             const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
-            for (int g = 0; g < G; ++g) {{{{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}}}
-        }}}}
+            for (int g = 0; g < G; ++g) {{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}
+        }}
         {done}
         KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
-    }}}}
-""".replace('{{', '{').replace('}}', '}')
+    }}
+"""
 
 def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
     "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax"
@@ -1474,8 +1474,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
-    wsm = _wsm_ok(VNS, G)
-    carry = carry and wsm
+    wsm = _wsm_ok(VNS, G)   # (`carry` only where `_bmerge_ok`, which implies it)
     luts = (f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else '') + f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
@@ -1489,7 +1488,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
 """
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
         acc, loop, sums = _lean_values(vplan, G, rep, True)
-        MT = int(acc[acc.index('[') + 1:acc.index(']')])
+        MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
     for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}

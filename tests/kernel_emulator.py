@@ -236,10 +236,7 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
 def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=2):
     "The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls chained on their row counters"
     S = -(-n // AK._chunk(n, kparts[0].shape[0] * kparts[0].shape[1], queries.shape[1] // kparts[0].shape[1]))
-    G, R = queries.shape[1] // kparts[0].shape[1], kparts[0].shape[0] * kparts[0].shape[1]
-    half = queries.dtype != mx.float32
-    SP = AK._blocks_x(S, R, AK._per_block(kplan, vplan, G, 'cuda', half)) if AK._bmerge_ok(kplan, vplan, G, 'cuda', half) else S   # the partials the fold merges
-    assert AK.FOLD and AK._fold_ok(SP, G, 32 * sum(AK._side_layout(vplan)[0])), 'a call the fold takes'
+    assert AK.FOLD and AK._fold_ok(S, queries.shape[1] // kparts[0].shape[1], 32 * sum(AK._side_layout(vplan)[0])), 'a call the fold takes'   # (BMERGE: fewer partials than S)
     return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, True)
 
 def tolerance(kc, vc, G, D, backend='cuda'):

@@ -14,7 +14,7 @@ if not (os.path.exists(os.path.join(_ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12'
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 import cuda_registers as CR
 from mlx_kvq import attention_kernels as AK
-from mlx_kvq.attention import side_plan
+from mlx_kvq.attention import side_plan, _finish_kind
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -34,15 +34,15 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
-@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize('case', CASES[:2], ids=[c[0] for c in CASES[:2]])   # (the calibrated bands take no lean loops, so no BMERGE)
 def test_block_merge_kernel_compiles(case, monkeypatch):
     "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, off by default until timed on a GPU)"
     monkeypatch.setattr(AK, 'BMERGE', True)
     _, kc, vc, G, D = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
+    assert AK._bmerge_ok(kp, vp, G) and 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', _finish_kind(kp), fold=_finish_kind(vp))   # the merging kernel is what compiles
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True)
     assert fin is not None and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
-    assert AK._bmerge_ok(kp, vp, G) == (AK._lean_ok(kp, vp) and AK._wsm_ok(sum(AK._side_layout(vp)[0]), G))
 
 def test_a_missing_macro_fails_to_compile(monkeypatch):
     "Not vacuous: the folded SIMT kernel without its own `KVQ_GX` definition (the H200's failure) does not compile"
