@@ -18,8 +18,7 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.calibrated import CalibratedTurboCodec
 from mlx_kvq import attention_kernels as _AK, packing as _P
-for _kv in __import__('os').environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing for this run, e.g. KVQ_KNOBS="BMERGE=True QLO=False"
-    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, A, _P) if hasattr(m, _k)), _k, eval(_v))
+from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 def calibrated(D):
     "Two calibrated turbo codecs as `auto:B` plans them (centered, scaled, an outlier band of 5 bits): decode steps through the final path's dense finish (query kernel, decode kernel finishing the attention)"

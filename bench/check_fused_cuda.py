@@ -16,8 +16,7 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.calibrated import CalibratedTurboCodec
 from mlx_kvq import attention_kernels as _AK, packing as _P
-for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing for this run, e.g. KVQ_KNOBS="FOLD=0"
-    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, A, _P) if hasattr(m, _k)), _k, eval(_v))
+from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--quick', action='store_true')

@@ -11,7 +11,7 @@ Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 
 Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 128 threads per block)."""
 import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
-from mlx_kvq import attention_kernels as AK
+from mlx_kvq import attention_kernels as AK, packing as _P
 from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
@@ -84,13 +84,15 @@ def decode_inputs(kplan, vplan, qprep):
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
     return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
-def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False):
-    "`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that finishes the attention itself)"
+def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False):
+    """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
+    finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
+    if include: src = _P._included(src, [n for n, _ in ins] + ([n for n in ['cnt'] + _fold_inputs(fin)] if fin else []))
     if fin:   # as MLX declares them: the template's `using T` first in the body
         src = 'using T = __half;\n' + src
         ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]

@@ -24,8 +24,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 from mlx_kvq import attention_kernels as _AK, attention as _A, packing as _P
-for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing for this run, e.g. KVQ_KNOBS="LEAN=False META_ROWS=0 DEVICE_CONSTANTS=False"
-    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, _A, _P) if hasattr(m, _k)), _k, eval(_v))
+from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 
 def filled(model, scheme, context, dtype, shapes, seed=0):

@@ -20,6 +20,7 @@
 #       gemmablocks (Gemma's shape by the decode block target BLOCKS, 2 rounds: about 4.5 min)
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
+#       inclcheck / inclhost / inclmodel (kernel bodies as one #include of a file, packing.INCLUDE: the GPU checks; host cost per call and whole model, without and with, alternating)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -99,6 +100,18 @@ case $part in
            for i in 1 2; do for k in "PF=2" "$K"; do
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
+  inclcheck) K="INCLUDE=True"   # kernel bodies given to MLX as one #include of a file (packing.INCLUDE, off until timed): the GPU checks with it on (about 5 min)
+           mkdir -p "$O/check" "$O/steps"; export MLX_KVQ_KERNEL_DIR="$O/kernels"
+           KVQ_KNOBS="$K" timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+           KVQ_KNOBS="$K" timeout 560 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+           tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"; ls "$O/kernels" | wc -l; rm -rf "$O/kernels" ;;
+  inclhost) for i in 1 2; do for k in "INCLUDE=False" "INCLUDE=True"; do   # host cost per call with and without the included bodies, alternating (about 3 min)
+             KVQ_KNOBS="$k" timeout 200 python3 bench/host_calls_cuda.py > "$O/hostcalls_${k/=/}_$i.log" 2>&1; done; done
+           for f in "$O"/hostcalls_*.log; do echo "$f"; grep "^|" "$f" | grep -v "Gemma\|cuda_kernel call\|---"; done ;;
+  inclmodel) for k in "INCLUDE=False" "INCLUDE=True"; do   # whole model, fp16 / turbo:4 / affine:4, 2 rounds, with and without the included bodies (about 8 min)
+             KVQ_KNOBS="$k" timeout 280 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 24 --host \
+               --no-ablations --out "$O" > "$O/model_${k/=/}.log" 2>&1; done
+           for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]|^\\{" "$f" | tail -8; done ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;

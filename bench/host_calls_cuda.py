@@ -20,8 +20,7 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_lm.models.cache import KVCache
 from mlx_kvq import attention_kernels as _AK
-for _kv in os.environ.get("KVQ_KNOBS", "").split():   # knobs of attention_kernels, attention or packing, e.g. KVQ_KNOBS="PAIR=False"
-    _k, _v = _kv.split("="); setattr(next(m for m in (_AK, A, P) if hasattr(m, _k)), _k, eval(_v))
+from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 
 def per_call(f, n=400, warm=20):

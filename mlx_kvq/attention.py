@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -336,9 +336,8 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold), outs + ['out', 'cnext']
-        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
-        _KERNELS[key] = (make(name=name, input_names=ins, output_names=outs, source=src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
+        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
 
 def _fold_inputs(finish):
@@ -349,10 +348,9 @@ def _get_combine(backend, finish, Dv=None):
     key = ('combine', backend, finish, Dv, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
     if key not in _KERNELS:
         src = _combine_source(backend, finish, Dv)
-        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
         ins = ['o', 'ml', 'meta'] + _fold_inputs(finish)
         name = f'mlx_kvq_decode_combine_{finish or "partial"}_' + hashlib.sha1(src.encode()).hexdigest()[:12]   # MLX caches compiled modules by name
-        _KERNELS[key] = make(name=name, input_names=ins, output_names=['out', 'mlo'], source=src)
+        _KERNELS[key] = make_kernel(backend, name, ins, ['out', 'mlo'], src)
     return _KERNELS[key]
 
 def _get_qmap(backend, D, KDP):
@@ -360,9 +358,7 @@ def _get_qmap(backend, D, KDP):
     key = ('qmap', backend, D, KDP)
     if key not in _KERNELS:
         src = _AK._qmap_source(backend, D, KDP)
-        make = mx.fast.cuda_kernel if backend == 'cuda' else mx.fast.metal_kernel
-        _KERNELS[key] = make(name=f'mlx_kvq_qmap_' + hashlib.sha1(src.encode()).hexdigest()[:12], input_names=['q', 'qmap', 'qsc'],
-                             output_names=['qp'], source=src)
+        _KERNELS[key] = make_kernel(backend, f'mlx_kvq_qmap_' + hashlib.sha1(src.encode()).hexdigest()[:12], ['q', 'qmap', 'qsc'], ['qp'], src)
     return _KERNELS[key]
 
 def _pad_to(x, n):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
-           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG',
-           'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
+           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
+           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -495,10 +495,10 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
     return 4 * (KNS * (32 * G + 4) + KNS * G + _chmax(G) * G + _red_size(vplan, GV, backend) + 2 * G
                 + _side_layout(kplan)[3] + _side_layout(vplan)[3])
 
-CH_MAX = 1024           # most tokens per thread block
+CH_MAX = 512            # most tokens per chunk (H200, 131K: 512-token chunks served 4 per block with BMERGE, decode kernel -3 to -7% against 1024 x 2)
 BLOCKS = 900            # thread blocks a decode call aims for (rows x chunks)
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -700,8 +700,13 @@ def _grid_x(S, kplan, vplan, G, backend, half=True, R=None):
     return _blocks_x(S, R, _per_block(kplan, vplan, G, backend, half)) if _uses_mma(kplan, vplan, G, backend, half) else S
 
 def _blocks_x(S, R, pch):
-    "Blocks along S chunks when each may serve `pch` in turn: all `pch` only where R x S reaches LPCH_MIN (short contexts: one chunk per block, more blocks in flight)"
-    return S if pch <= 1 or (R is not None and R * S < LPCH_MIN) else -(-S // pch)
+    """Blocks along S chunks when each may serve `pch` in turn: all `pch` only where R x S reaches LPCH_MIN (short contexts:
+    one chunk per block, more blocks in flight), and more than `pch` where R x S / pch would exceed WAVE blocks (long
+    contexts: one wave of resident blocks, each serving more chunks)"""
+    if pch <= 1: return S
+    if R is None: return -(-S // pch)
+    if R * S < LPCH_MIN: return S
+    return -(-S // max(pch, -(-R * S // WAVE)))
 
 def _per_block(kplan, vplan, G, backend, half=True):
     "Chunks each block of the tensor-core kernel serves in turn: LPCH with the lean loops, else PCH"
@@ -1091,15 +1096,16 @@ def _mma_shared_bytes(kplan, vplan, G):
 # %% ../nbs/03a_attention_kernels.ipynb #1ea4c0de
 LEAN = True              # CUDA tensor-core kernel: the lean token loops (`_lean_ok`): row pointers and 32-bit token offsets computed once, loads of a tile's words unpredicated (tokens past the chunk clamped to its last), pair tables replicated per lane (`REP`)
 KACC = 4                 # lean score loop: independent accumulators of a tile's products (1, 2 or 4)
-LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them)
+LPCH = 2                 # lean loops: chunks each block serves in turn (PCH for them), more where rows x chunks / LPCH exceed WAVE
+WAVE = 528               # lean loops: the most blocks a long decode call launches (H100 / H200: 132 SMs x LB resident blocks; `_blocks_x`)
 LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) chunks each; fewer: one chunk per block (H100: 4K, 512 = 8 rows x 64 chunks, faster with one; 32K, 824, with two)
 PSUM = True              # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
-BMERGE = False           # folded lean kernels with WSM: each block merges the chunks it serves into one partial (a softmax carried across them; `_bmerge_ok`), so the fold merges one partial per block (at most FOLD blocks per row) instead of one per chunk; not yet timed on a GPU
+BMERGE = True            # folded lean kernels with WSM: each block merges the chunks it serves into one partial (a softmax carried across them; `_bmerge_ok`), so the fold merges one partial per block (at most FOLD blocks per row) instead of one per chunk
 WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`; the slab sums then whatever PSUM says): two block barriers per chunk fewer
 STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
 PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
-QLO = True               # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits)
+QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory

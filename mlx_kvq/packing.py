@@ -16,11 +16,11 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack',
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack',
            'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
-           'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
-           'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
-           'quantize_pack', 'dequantize_unpack', 'check_fused']
+           'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
+           'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
+           'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -277,6 +277,38 @@ def kernel_backend():
                         "cuda" if mx.cuda.is_available() and hasattr(mx.fast, "cuda_kernel") else None)
     return _GPU_API[0]
 
+INCLUDE = False   # CUDA: each kernel's body written once to a file (`kernel_dir()`) and given to MLX as a one-line `#include` of it: MLX copies the whole source into the kernel it builds and hashes it again at every launch
+
+def kernel_dir():
+    "Where CUDA kernel bodies are written for `INCLUDE`: $MLX_KVQ_KERNEL_DIR, else ~/.cache/mlx_kvq/cuda"
+    return os.path.abspath(os.environ.get("MLX_KVQ_KERNEL_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mlx_kvq", "cuda"))
+
+def _included(source, input_names):
+    """A short body that includes `source` from a file named by its content hash (written once), or None where the file
+    cannot be written. Its first line names the `<input>_shape / _strides / _ndim` the body uses: MLX finds them by a
+    substring search of the source it is given, to put them in the kernel's signature"""
+    import hashlib
+    path = os.path.join(kernel_dir(), "body_" + hashlib.sha1(source.encode()).hexdigest() + ".cuh")
+    try:
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f: f.write(source)
+            os.replace(tmp, path)   # whole or absent: a reader never sees half a body
+        with open(path) as f:
+            if f.read() != source: return None
+    except OSError:
+        return None
+    uses = " ".join(n + s for n in input_names for s in ("_shape", "_strides", "_ndim") if n + s in source)
+    return f"// {uses}\n#include \"{path}\"\n"
+
+def make_kernel(backend, name, input_names, output_names, source, **kw):
+    "`mx.fast.cuda_kernel` / `metal_kernel` of `source` (on CUDA with INCLUDE, a short source including it from a file)"
+    if backend == "cuda":
+        short = _included(source, input_names) if INCLUDE else None
+        return mx.fast.cuda_kernel(name=name, input_names=input_names, output_names=output_names, source=short or source, **kw)
+    return mx.fast.metal_kernel(name=name, input_names=input_names, output_names=output_names, source=source, **kw)
+
 _KERNELS = {}
 def _kernel(backend, op):
     "Build (once) the custom kernel object for `op` on `backend`"
@@ -286,9 +318,8 @@ def _kernel(backend, op):
         ins, outs = {"q": (["x", "signs", "bnd", "meta"], ["words", "norms"]),
                      "qp": (["xk", "xv", "sgk", "sgv", "bnk", "bnv", "meta"], ["wk", "nk", "wv", "nv"]),
                      "d": (["words", "norms", "cent", "meta"], ["out"])}[op]
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _KERNELS[key] = make(name=f"mlx_kvq_{dict(q='quantize_pack', qp='quantize_pack_pair', d='dequantize_unpack')[op]}",
-                             input_names=ins, output_names=outs, source=src)
+        _KERNELS[key] = make_kernel(backend, f"mlx_kvq_{dict(q='quantize_pack', qp='quantize_pack_pair', d='dequantize_unpack')[op]}",
+                                    ins, outs, src)
     return _KERNELS[key]
 
 _CONST = {}

@@ -36,7 +36,7 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
 
 @pytest.mark.parametrize('case', CASES[:2], ids=[c[0] for c in CASES[:2]])   # (the calibrated bands take no lean loops, so no BMERGE)
 def test_block_merge_kernel_compiles(case, monkeypatch):
-    "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, off by default until timed on a GPU)"
+    "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, on by default since 2026-11-27 evening)"
     monkeypatch.setattr(AK, 'BMERGE', True)
     _, kc, vc, G, D = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
@@ -62,3 +62,17 @@ def test_query_kernel_compiles():
     "The query kernel of 'dense' plans (Gemma's head dim, two bands padded to 288 prepared coordinates)"
     regs, spill, smem = CR.compile_qmap(256, 288)
     assert 0 < regs <= 255 and spill == 0 and 0 < smem <= 48 * 1024
+
+def test_included_body_compiles_the_same(tmp_path, monkeypatch):
+    """`packing.INCLUDE`: the body MLX is given is one `#include` of a file written once (its first line naming the strides
+    the body reads, for MLX's signature); NVRTC compiles it to the same kernel: registers, spills, shared bytes"""
+    from mlx_kvq import packing as P
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path))
+    _, kc, vc, G, D = CASES[0]
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    inline, fin = CR.compile_decode(kp, vp, G, True)
+    assert CR.compile_decode(kp, vp, G, True, include=True) == (inline, fin) and len(list(tmp_path.iterdir())) == 1
+    orig = P._included   # not vacuous: without the line naming the strides, MLX's signature would lack them
+    monkeypatch.setattr(P, '_included', lambda *a: orig(*a).split('\n', 1)[1])
+    with pytest.raises(RuntimeError, match='strides'):
+        CR.compile_decode(kp, vp, G, True, include=True)

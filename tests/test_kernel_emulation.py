@@ -92,6 +92,30 @@ def test_block_merge(monkeypatch):
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
+def test_block_merge_over_one_wave(monkeypatch):
+    """Long calls keep to WAVE blocks: each block then serves more chunks than LPCH (`_blocks_x`), which BMERGE's carried
+    softmax must cover as it covers LPCH: a tiny WAVE makes every block of the emulated call serve 3-4 chunks"""
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0); monkeypatch.setattr(AK, 'LPCH', 2)
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    R, S = B * Hkv, -(-n // AK._chunk(n, B * Hkv, G))
+    wide = AK._grid_x(S, kp, vp, G, 'cuda', R=R)
+    monkeypatch.setattr(AK, 'WAVE', R)   # one block per row: all S chunks in one block
+    assert AK._bmerge_ok(kp, vp, G) and AK._grid_x(S, kp, vp, G, 'cuda', R=R) == 1 < wide, (S, wide)
+    for masked in (False, True):
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+
+def test_blocks_per_row():
+    "Chunks per block: one below LPCH_MIN rows x chunks, LPCH up to WAVE blocks, more beyond (H200's 131K call: 8 rows x 256 chunks in 512 blocks)"
+    assert AK._blocks_x(64, 8, AK.LPCH) == 64                       # 4K, 8 rows: 512 < LPCH_MIN
+    assert AK._blocks_x(113, 8, 2) == 57 and AK._blocks_x(128, 8, 2) == 64   # 32K / 64K: LPCH = 2 within one wave
+    assert AK._blocks_x(256, 8, 2) == 64 and AK._blocks_x(256, 16, 2) == 32  # 131K, one / two sequences: 512 blocks
+    assert AK._blocks_x(256, 8, 1) == 256 and AK._blocks_x(9, None, 2) == 5  # one chunk per block; no row count: LPCH
+    for R in (1, 2, 8, 24, 64):
+        for S in (1, 7, 64, 300, 4096):
+            gx = AK._blocks_x(S, R, 2)
+            assert gx == S if R * S < AK.LPCH_MIN else gx <= -(-S // 2) and R * gx <= AK.WAVE + R, (R, S, gx)
+
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]

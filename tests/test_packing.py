@@ -77,3 +77,21 @@ def test_bad_input():
         pack(c.astype(mx.int64), 2)
     with pytest.raises(ValueError, match="uint32"):
         unpack(mx.zeros((1,), dtype=mx.uint8), 2, 4)
+
+def test_included_kernel_body(tmp_path, monkeypatch):
+    """`INCLUDE`'s short body: the source written once to a file named by its hash (whole, reused), included by absolute
+    path, its first line naming exactly the `<input>_shape / _strides / _ndim` the source reads; None (the caller keeps
+    the source inline) where the directory cannot be written"""
+    from mlx_kvq import packing as P
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'k'))
+    src = "out[i] = a[i * a_strides[0]] + b[0] + (float)c_shape[1];"
+    short = P._included(src, ['a', 'b', 'c'])
+    files = list((tmp_path / 'k').iterdir())
+    assert len(files) == 1 and files[0].read_text() == src and files[0].is_absolute()
+    assert short.split('\n')[0].split()[1:] == ['a_strides', 'c_shape'] and f'#include "{files[0]}"' in short
+    assert P._included(src, ['a', 'b', 'c']) == short and len(list((tmp_path / 'k').iterdir())) == 1   # reused, not rewritten
+    files[0].write_text(src + ' // changed')   # a file that is not this body is never included
+    assert P._included(src, ['a', 'b', 'c']) is None
+    (tmp_path / 'f').write_text('')   # a directory that cannot be made (a file is in its way)
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'f' / 'k'))
+    assert P._included(src, ['a', 'b', 'c']) is None
