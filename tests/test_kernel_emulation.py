@@ -2,7 +2,7 @@
 tests/kernel_emulator.py (128 threads per block, real barriers and warp exchanges), against the blockwise reference.
 It checks the kernel's index and bit arithmetic on a machine without a GPU; bench/check_fused_cuda.py checks the
 real kernel on the GPU."""
-import shutil, subprocess, sys
+import re, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -160,9 +160,13 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
         monkeypatch.setattr(AK, vals, lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
         assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
         monkeypatch.setattr(AK, vals, orig_v)
-        monkeypatch.setattr(AK, keys, lambda *a: orig_k(*a).replace(', a, ql', ', a, qh'))
-        assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
-        monkeypatch.setattr(AK, keys, orig_k)
+        for lo in ((False, True) if lean else (True,)):   # (the lean loop's low query half, `QLO`: off by default)
+            monkeypatch.setattr(AK, 'QLO', lo)
+            bad = (lambda *a: orig_k(*a).replace(', a, ql', ', a, qh')) if lo else \
+                  (lambda *a: re.sub(r'qh(\d+)a, qh\1b', r'qh\1b, qh\1a', orig_k(*a)))   # the low parts' product on the high parts; the two halves of k swapped
+            monkeypatch.setattr(AK, keys, bad)
+            assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2, (lean, lo)
+            monkeypatch.setattr(AK, keys, orig_k)
 
 def test_mma_variants(monkeypatch):
     "Short chunks (many blocks, a partial last chunk, tiles past the last token), 1 or 3 tiles in flight, 2 or 3 cp.async stages, vector loads, staged scalars and clamped loads, 1-4 chunks per block: the same attention from the tensor-core kernel"
@@ -209,6 +213,7 @@ def test_combine_variants(monkeypatch):
     full = A._full_mask(keep.reshape(1, 1, 1, n), B, Hkv, G, 1, n)
     rm, rl, ro = A._quantized_partial_mlx(qp, kp, vp, kparts, vparts, mask, n)
     ref = A._final_reference(q, kp, vp, kparts, vparts, full, n, D ** -0.5)
+    monkeypatch.setattr(AK, 'QLO', True)   # scores to about float32 precision: the (max, sum) pair is compared at 1e-4 below
     for online, cu in ((False, 8), (True, 1), (True, 2), (True, 8)):
         monkeypatch.setattr(AK, 'CONLINE', online); monkeypatch.setattr(AK, 'CU', cu)
         m, l, o = E.emulate(qp, kp, vp, kparts, vparts, mask, n)
