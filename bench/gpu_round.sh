@@ -21,15 +21,16 @@
 #       gemmascap (Gemma's shape, SCAP=4096 vs the default 256 alternating, 2 rounds: about 3 min)
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
 #       inclcheck / inclhost / inclmodel (kernel bodies as one #include of a file, packing.INCLUDE: the GPU checks; host cost per call and whole model, without and with, alternating)
+#       wavencu (Nsight Compute with BMERGE on: chunk length and the WAVE block cap at 131K, chunk and block counts at 32K)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
-ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at 131,072 tokens (Nsight Compute, GPU clocks, warm caches, two launches) per knob set, turbo:4 then affine:4
+ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, warm caches, two launches) per knob set, turbo:4 then affine:4
   local f=$1 re=$2 s k d; shift 2
   for s in turbo:4 affine:4; do for k in "$@"; do
     d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
-      --section SpeedOfLight python3 bench/ncu_decode.py $s 131072 $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-    echo "$s $k: duration us $d" | tee -a "$f"; done; done
+      --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+    echo "$s ${CTX:-131072} $k: duration us $d" | tee -a "$f"; done; done
 }
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
 case $part in
@@ -112,6 +113,8 @@ case $part in
              KVQ_KNOBS="$k" timeout 280 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 24 --host \
                --no-ablations --out "$O" > "$O/model_${k/=/}.log" 2>&1; done
            for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]|^\\{" "$f" | tail -8; done ;;
+  wavencu) ncu_sets "$O/wave131k.txt" "mlx_kvq_decode_" "PF=2" "CH_MAX=256" "WAVE=1056" "CH_MAX=256 WAVE=1056" "CH_MAX=1024" "PF=2"   # with BMERGE on (the default since 2026-11-27 evening): chunk length and blocks per long call, every launch of the call matched (about 4 min)
+           CTX=32768 ncu_sets "$O/wave32k.txt" "mlx_kvq_decode_" "PF=2" "BLOCKS=1800" "WAVE=264" "LPCH=1" "PF=2" ;;
   gemmablocks) for i in 1 2; do for k in "BLOCKS=900" "BLOCKS=300" "BLOCKS=128"; do   # the embedded Gemma's shape (one KV head) by the decode call's block target (fewer, longer chunks: fewer to merge)
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O" > "$O/gemma_${k/=/}_$i.log" 2>&1; done; done
            for f in "$O"/gemma_*.log; do echo "$f"; grep -v "^#" "$f" | tail -3; done ;;
