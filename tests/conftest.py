@@ -7,3 +7,9 @@ def pytest_addoption(parser):
                      help='space-separated notebook cell flags to run as well, e.g. --flags "slow bench"')
     parser.addoption("--nb", default="",
                      help="only run notebooks whose file name contains this text")
+
+
+def pytest_configure(config):
+    "CUDA kernel bodies that `packing.INCLUDE` writes (the emulated kernels): a temporary folder, not the user's cache"
+    import os, tempfile
+    os.environ.setdefault("MLX_KVQ_KERNEL_DIR", tempfile.mkdtemp(prefix="mlx_kvq_kernels_"))

@@ -5,7 +5,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
-import contextlib, ctypes, hashlib, math, subprocess, sys, tempfile
+import contextlib, ctypes, hashlib, math, re, subprocess, sys, tempfile
 import numpy as np
 import mlx.core as mx
 
@@ -112,9 +112,17 @@ MACROS = r"""
 """
 _LIBS = {}
 
+def _expand_includes(src):
+    "`packing.INCLUDE`'s short bodies: each `#include` of a written body replaced by the file's text (what NVRTC reads)"
+    def body(line):
+        m = re.fullmatch(r'#include "(.+\.cuh)"', line.strip())
+        if m is None: return line
+        with open(m.group(1)) as f: return f.read()
+    return '\n'.join(body(l) for l in src.split('\n'))
+
 def _strip(src):
     "The kernel body without the backend prelude (its #defines)"
-    return '\n'.join(l for l in src.split('\n') if not l.startswith('#define'))
+    return '\n'.join(l for l in _expand_includes(src).split('\n') if not l.startswith('#define'))
 
 CUDA_NAMES = r"""
 struct kvq_dim3 { int x, y, z; };
@@ -135,12 +143,12 @@ def compile_kernel(source, ins, outs, head=""):
     """A CPU build of a kernel body: `ins` are (name, C type) in MLX's order (a `NAME_strides` argument follows an input
     whose strides the source reads), `outs` the output names (float) or (name, C type). `head` goes at the top of the
     body (template constants). Returns launch(arrays..., outputs..., gx, gy, nthreads)."""
-    src = head + _strip(source)
+    src, seen = head + _strip(source), head + source   # `seen`: what MLX searches for `NAME_strides` (an INCLUDE body's first line names them)
     outs = [(o, 'float') if isinstance(o, str) else o for o in outs]
     params, args, cparams = [], [], []
     for n, ty in ins:
         params.append(f'const {ty}* {n}'); cparams.append(f'const {ty}* {n}'); args.append(n)
-        if n + '_strides' in src:
+        if n + '_strides' in seen:
             params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
     params += [f'{ty}* {n}' for n, ty in outs]; cparams += [f'{ty}* {n}' for n, ty in outs]; args += [n for n, _ in outs]
     code = PRE + CUDA_NAMES + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
@@ -167,7 +175,7 @@ def compile_kernel(source, ins, outs, head=""):
         cargs, keep = [], []
         for (n, ty), a in zip(ins, arrays):
             a = np.ascontiguousarray(a); keep.append(a); cargs.append(a.ctypes.data_as(ctypes.c_void_p))
-            if n + '_strides' in src:
+            if n + '_strides' in seen:
                 st = np.array([x // a.itemsize for x in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
         for o in outputs: cargs.append(o.ctypes.data_as(ctypes.c_void_p))
         lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))

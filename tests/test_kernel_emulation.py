@@ -364,3 +364,16 @@ def test_pair_quantize_kernel(dtype, monkeypatch):
             assert P._PREADY and P.quantize_pack_pair(xk, rk, cb, xv, rv, cb)[1][1].shape == (3, 5, 1, 1)
         else:
             assert 'pair kernel' in str(got[0].message)
+
+def test_included_bodies_emulated(monkeypatch, tmp_path):
+    """The emulated launches take the bodies as `packing.INCLUDE` gives them to MLX (a line naming the strides, then the
+    `#include` of the written body): right answers, bodies written; without the strides line the kernel cannot build"""
+    from mlx_kvq import packing as P
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path))
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    assert P.INCLUDE and E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D)
+    assert any(p.suffix == '.cuh' for p in tmp_path.iterdir())
+    orig = P._included
+    monkeypatch.setattr(P, '_included', lambda *a: orig(*a).split('\n', 1)[1])
+    with pytest.raises(RuntimeError, match='strides'):
+        E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True)
