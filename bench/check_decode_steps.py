@@ -17,7 +17,6 @@ from mlx_kvq.codecs import AffineCodec, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.calibrated import CalibratedTurboCodec
-from mlx_kvq import attention_kernels as _AK, packing as _P
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 def calibrated(D):

@@ -15,7 +15,7 @@ from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.calibrated import CalibratedTurboCodec
-from mlx_kvq import attention_kernels as _AK, packing as _P
+from mlx_kvq import packing as _P
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 ap = argparse.ArgumentParser()

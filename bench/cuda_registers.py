@@ -92,10 +92,9 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
-    if include: src = _P._included(src, [n for n, _ in ins] + ([n for n in ['cnt'] + _fold_inputs(fin)] if fin else []))
-    if fin:   # as MLX declares them: the template's `using T` first in the body
-        src = 'using T = __half;\n' + src
-        ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
+    if fin: ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
+    if include: src = _P._included(src, [n for n, _ in ins])
+    if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin
 
 def compile_qmap(D, KDP, arch='sm_90'):

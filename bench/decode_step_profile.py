@@ -23,7 +23,6 @@ from mlx_lm.generate import generate_step
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
-from mlx_kvq import attention_kernels as _AK, attention as _A, packing as _P
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 

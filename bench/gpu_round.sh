@@ -91,7 +91,7 @@ case $part in
              KVQ_KNOBS="$k" timeout 140 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
   knobncu2) ncu_sets "$O/knobncu2.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "PF=3" "CH_MAX=512 LPCH=4" "CH_MAX=512" "BLOCKS=1056" "PF=2" ;;   # as knobncu, PSUM and WSM on (the defaults since e341502); this regex also matches the combine kernel
-  bmergecheck) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # each block merging its chunks into one partial (BMERGE, off by default until timed): the GPU checks with it on (about 5 min; then `bmerge`)
+  bmergecheck) K="BMERGE=True QLO=False CH_MAX=512 LPCH=4"   # each block merging its chunks into one partial (BMERGE; on by default since these runs, with 1024-token chunks): the GPU checks with the configuration first timed (about 5 min; then `bmerge`)
            mkdir -p "$O/check" "$O/steps"
            KVQ_KNOBS="$K" timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
            KVQ_KNOBS="$K" timeout 560 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
@@ -101,7 +101,7 @@ case $part in
            for i in 1 2; do for k in "PF=2" "$K"; do
              KVQ_KNOBS="$k" timeout 100 python3 bench/check_fused_cuda.py --quick --only layer --out "$O" > "$O/layer_$(echo $k | tr ' =' '__')_$i.log" 2>&1; done; done
            for f in "$O"/layer_*.log; do echo "$f"; grep -v "^#" "$f" | tail -4; done ;;
-  inclcheck) K="INCLUDE=True"   # kernel bodies given to MLX as one #include of a file (packing.INCLUDE, off until timed): the GPU checks with it on (about 5 min)
+  inclcheck) K="INCLUDE=True"   # kernel bodies given to MLX as one #include of a file (packing.INCLUDE, on by default since it was timed): the GPU checks with it on (about 5 min)
            mkdir -p "$O/check" "$O/steps"; export MLX_KVQ_KERNEL_DIR="$O/kernels"
            KVQ_KNOBS="$K" timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
            KVQ_KNOBS="$K" timeout 560 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait

@@ -19,7 +19,6 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_lm.models.cache import KVCache
-from mlx_kvq import attention_kernels as _AK
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 

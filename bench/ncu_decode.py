@@ -19,10 +19,7 @@ from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 
 scheme, n = sys.argv[1], int(sys.argv[2])
-from mlx_kvq import attention_kernels as AK
-from mlx_kvq import attention as A, packing as P
-for kv in sys.argv[3:]:              # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
-    k, v = kv.split('='); setattr(next(m for m in (AK, A, P) if hasattr(m, k)), k, eval(v))
+from knobs import apply_knobs; apply_knobs(sys.argv[3:])   # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
 B, Hkv, G, D = 1, 8, 4, 128
 dt = mx.float16
 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)

@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/packing.html.md"""
 
 # %% ../nbs/02_packing.ipynb #dd3aa278
 from __future__ import annotations
-import math, os, warnings
+import hashlib, math, os, warnings
 from functools import lru_cache
 
 import numpy as np
@@ -283,13 +283,19 @@ def kernel_dir():
     "Where CUDA kernel bodies are written for `INCLUDE`: $MLX_KVQ_KERNEL_DIR, else ~/.cache/mlx_kvq/cuda"
     return os.path.abspath(os.environ.get("MLX_KVQ_KERNEL_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mlx_kvq", "cuda"))
 
+def _inline(why):
+    "None, after warning that the kernel's whole source goes to MLX (slower to launch, the same kernel)"
+    warnings.warn(f"mlx_kvq: {why}; CUDA kernels get their whole source (slower to launch): set MLX_KVQ_KERNEL_DIR "
+                  "to a writable folder of plain paths", RuntimeWarning, stacklevel=3)
+    return None
+
 def _included(source, input_names):
-    """A short body that includes `source` from a file named by its content hash (written once), or None where the file
-    cannot be written. Its first line names the `<input>_shape / _strides / _ndim` the body uses: MLX finds them by a
-    substring search of the source it is given, to put them in the kernel's signature"""
-    import hashlib
+    """A short body that includes `source` from a file named by its content hash (written once), or None (with a
+    warning) where that file cannot be written or holds something else. Its first line names the `<input>_shape /
+    _strides / _ndim` the body uses: MLX finds them by a substring search of the source it is given, to put them in
+    the kernel's signature"""
     path = os.path.join(kernel_dir(), "body_" + hashlib.sha1(source.encode()).hexdigest() + ".cuh").replace(os.sep, "/")
-    if '"' in path or "\n" in path: return None   # not a path an #include line can name
+    if '"' in path or "\n" in path: return _inline(f"the kernel folder {path!r} has a character an #include cannot name")
     try:
         if not os.path.exists(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -297,9 +303,9 @@ def _included(source, input_names):
             with open(tmp, "w") as f: f.write(source)
             os.replace(tmp, path)   # whole or absent: a reader never sees half a body
         with open(path) as f:
-            if f.read() != source: return None
-    except OSError:
-        return None
+            if f.read() != source: return _inline(f"{path} holds something other than the kernel body it is named for")
+    except OSError as e:
+        return _inline(f"cannot write kernel bodies under {kernel_dir()} ({e})")
     uses = " ".join(n + s for n in input_names for s in ("_shape", "_strides", "_ndim") if n + s in source)
     return f"// {uses}\n#include \"{path}\"\n"
 

@@ -108,7 +108,7 @@ def test_block_merge_over_one_wave(monkeypatch):
 def test_blocks_per_row():
     "Chunks per block: one below LPCH_MIN rows x chunks, LPCH up to WAVE blocks, more beyond (131K: 8 rows x 128 chunks in 512 blocks of 2, 16 rows in 512 blocks of 4)"
     assert AK._blocks_x(64, 8, AK.LPCH) == 64                       # 4K, 8 rows: 512 < LPCH_MIN
-    assert AK._blocks_x(113, 8, 2) == 57 and AK._blocks_x(128, 8, 2) == 64   # 32K / 64K: LPCH = 2 within one wave
+    assert AK._blocks_x(113, 8, 2) == 57                                     # 32K: LPCH = 2 within one wave
     assert AK._blocks_x(128, 8, 2) == 64 and AK._blocks_x(128, 16, 2) == 32  # 131K, one / two sequences: 512 blocks
     assert AK._blocks_x(256, 8, 2) == 64                                     # 512-token chunks: 4 per block
     assert AK._blocks_x(256, 8, 1) == 256 and AK._blocks_x(9, None, 2) == 5  # one chunk per block; no row count: LPCH

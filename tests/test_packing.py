@@ -81,7 +81,7 @@ def test_bad_input():
 def test_included_kernel_body(tmp_path, monkeypatch):
     """`INCLUDE`'s short body: the source written once to a file named by its hash (whole, reused), included by absolute
     path, its first line naming exactly the `<input>_shape / _strides / _ndim` the source reads; None (the caller keeps
-    the source inline) where the directory cannot be written"""
+    the source inline) with a warning naming the fix where the directory cannot be written or its name not included"""
     from mlx_kvq import packing as P
     monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'k'))
     src = "out[i] = a[i * a_strides[0]] + b[0] + (float)c_shape[1];"
@@ -91,7 +91,12 @@ def test_included_kernel_body(tmp_path, monkeypatch):
     assert short.split('\n')[0].split()[1:] == ['a_strides', 'c_shape'] and f'#include "{files[0]}"' in short
     assert P._included(src, ['a', 'b', 'c']) == short and len(list((tmp_path / 'k').iterdir())) == 1   # reused, not rewritten
     files[0].write_text(src + ' // changed')   # a file that is not this body is never included
-    assert P._included(src, ['a', 'b', 'c']) is None
+    with pytest.warns(RuntimeWarning, match='something other than the kernel body'):
+        assert P._included(src, ['a', 'b', 'c']) is None
     (tmp_path / 'f').write_text('')   # a directory that cannot be made (a file is in its way)
     monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'f' / 'k'))
-    assert P._included(src, ['a', 'b', 'c']) is None
+    with pytest.warns(RuntimeWarning, match='MLX_KVQ_KERNEL_DIR to a writable folder'):
+        assert P._included(src, ['a', 'b', 'c']) is None
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'a"b'))   # a name no #include line can hold
+    with pytest.warns(RuntimeWarning, match='#include cannot name'):
+        assert P._included(src, ['a', 'b', 'c']) is None
