@@ -323,19 +323,20 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     return True
 
 _KERNELS = {}
-def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None):
+def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
-    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more"""
-    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold)
+    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more;
+    with `tail` = (key dim, stage capacity) it merges a cache's exact staged tokens too: inputs `qx`, `tk`, `tv`, `tsc`, `tkm` more"""
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail)
     if key not in _KERNELS:
-        src = _decode_source(kplan, vplan, G, backend, qprep, half, fold)
+        src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
         if kplan.kind == 'affine': ins.append('kz0')
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
-        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold), outs + ['out', 'cnext']
+        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (['qx', 'tk', 'tv', 'tsc', 'tkm'] if tail else []), outs + ['out', 'cnext']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
     return _KERNELS[key]
@@ -395,6 +396,20 @@ def _step(n, R, G, Hkv, has_mask, VDP, key=None):
     i = n - got[0]
     return got[1][i], got[2][i]
 
+_TAIL_TABLES = {}
+
+def _tail_step(n, T, cap, R, G, Hkv, VDP, key):
+    """(`meta` row, chunks S) of a decode call over n quantized tokens and T exact staged ones (`TAIL`): `_meta_row` and
+    T. The rows of T = 0 .. cap for one n are made at once as one device array (while a cache stages, n stays and T
+    grows one token a step), split into views once"""
+    got = _TAIL_TABLES.get(key)
+    if got is None or got[0] != n:
+        if len(_TAIL_TABLES) > 256: _TAIL_TABLES.clear()
+        row = _meta_row(n, R, G, Hkv, False, VDP)
+        flat = device_constant(np.array([(*row, t) for t in range(cap + 1)], np.int32))
+        got = _TAIL_TABLES[key] = (n, mx.split(flat, cap + 1), row[1])
+    return got[1][T], got[2]
+
 def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
     if not hasattr(plan, '_tab'):
@@ -419,6 +434,11 @@ def _signs(plan):
         b = plan.bands[0]
         plan._signs = device_constant(np.ones(b.n, np.float32)) if b.rot is None else _signs_of(b.rot)
     return plan._signs
+
+_ZEROS = {}
+def _zeros_constant(n):
+    if n not in _ZEROS: _ZEROS[n] = device_constant(np.zeros(n, np.float32))
+    return _ZEROS[n]
 
 _SCALARS = {}
 def _scalar(x):
@@ -478,13 +498,31 @@ def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, b
     if kbias is not None: m = m + kbias
     return m, l, _finish_values(vplan, _band_outputs(vplan, O, B, Hkv, G), l)
 
-def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, backend='cuda'):
-    "Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the configuration's launcher)"
-    return _final_launcher(queries, kplan, vplan, kparts, scale, backend)[1](queries, kparts, vparts, n, mask)
+def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=None, backend='cuda'):
+    """Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the
+    configuration's launcher); with `tail` = (staged keys, staged values, T): also over the first T exact tokens of a
+    cache's staging buffers (B, Hkv, capacity, D), merged by the decode kernel's own finish (`_tail_source`) where the
+    call folds, else by the blockwise path (`_tail_blockwise`)"""
+    run = _final_launcher(queries, kplan, vplan, kparts, scale, backend)[1]
+    out = run(queries, kparts, vparts, n, mask, tail)
+    return out if out is not None else _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)
 
-def _fused_ok(queries, keys, values, kplan, vplan, mask, sinks):
-    "Whether `fused_decode` serves this call: one quantized segment, no sinks, codecs the kernels finish themselves"
-    if sinks is not None or keys.head is not None and keys.head.shape[-2] or keys.tail is not None and keys.tail.shape[-2]: return False
+def _tail_parts(q, tail):
+    "The (m, l, o) partial of the first T staged tokens of `tail` for scaled float32 queries q (B, Hkv, G, 1, D)"
+    tk, tv, T = tail
+    return _exact_partial(q, tk[..., :T, :], tv[..., :T, :], None)
+
+def _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail):
+    "`fused_decode` of a call its launcher does not fold: the quantized segment's partial by the kernels, the staged tokens' by MLX ops, merged"
+    B, Hq, Lq, D = queries.shape; Hkv = kparts[0].shape[1]
+    q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, Lq, D)
+    parts = [_quantized_partial(q, kplan, vplan, kparts, vparts, mask, n, queries.dtype != mx.float32)]
+    if tail is not None and tail[2]: parts.append(_tail_parts(q, tail))
+    return _merge(parts).reshape(B, Hq, Lq, -1).astype(queries.dtype)
+
+def _fused_ok(queries, keys, values, kplan, vplan, mask, sinks, staged=False):
+    "Whether `fused_decode` serves this call: one quantized segment (and, `staged`, a cache's staged tokens after it), no sinks, codecs the kernels finish themselves"
+    if sinks is not None or keys.head is not None and keys.head.shape[-2] or not staged and keys.tail is not None and keys.tail.shape[-2]: return False
     kf, vf = _finish_kind(kplan), _finish_kind(vplan)
     if kf is None or vf is None: return False
     D = queries.shape[-1]
@@ -509,15 +547,16 @@ def _agree_partial(out, ref, *args):
     if not dm <= 1e-3 * (1 + mx.where(frm, mx.abs(rm), 0.0).max().item()): return f"disagrees with the reference on the score max ({dm:.3g})"
     return None
 
-def _final_class(queries, kplan, vplan, kparts, vparts, mask, n, scale):
+def _final_class(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=None):
     return ('final', kplan.signature(), vplan.signature(), _finish_kind(kplan), _finish_kind(vplan), queries.shape[1] // kparts[0].shape[1], queries.shape[-1], str(queries.dtype),
-            None if mask is None else (mask.ndim, str(mask.dtype)))
+            None if mask is None else (mask.ndim, str(mask.dtype)), None if tail is None else ('staged', tail[0].shape[-2], str(tail[0].dtype)))
 
-def _final_reference(queries, kplan, vplan, kparts, vparts, mask, n, scale):
+def _final_reference(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=None):
     B, Hq, Lq, D = queries.shape; Hkv = kparts[0].shape[1]
     q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, Lq, D)
-    m, l, o = _quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n)
-    return (o / l).reshape(B, Hq, Lq, -1).astype(queries.dtype)
+    parts = [_quantized_partial_mlx(q, kplan, vplan, kparts, vparts, mask, n)]
+    if tail is not None and tail[2]: parts.append(_tail_parts(q, tail))
+    return _merge(parts).reshape(B, Hq, Lq, -1).astype(queries.dtype)
 
 def _agree_final(out, ref, *args):
     if out.shape != ref.shape or out.dtype != ref.dtype: return f"returned {out.shape} {out.dtype} instead of {ref.shape} {ref.dtype}"
@@ -559,9 +598,10 @@ def _input_slots(kplan, vplan, names, const):
             [(i, *slot[nm]) for i, nm in enumerate(names) if nm in slot])
 
 def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
-    """((B, Hkv, G), run(q, kparts, vparts, n, mask=None)) launching `fused_decode`'s two kernels for calls shaped like this
+    """((B, Hkv, G), run(q, kparts, vparts, n, mask=None, tail=None)) launching `fused_decode`'s two kernels for calls shaped like this
     one: everything that does not depend on the token count or the mask is prepared once per configuration, so a decode
-    step builds its `meta` and the two launches, nothing else"""
+    step builds its `meta` and the two launches, nothing else. `run` returns None for a call with staged tokens (`tail`)
+    that its decode kernel cannot finish (`_fold_ok`)"""
     key = (id(kplan), id(vplan), queries.shape, queries.dtype, kparts[0].shape[:2], scale, backend, _variant())
     got = _FINAL_RUNS.get(key)
     if got is None:
@@ -584,15 +624,37 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         KDP = 32 * sum(_side_layout(kplan)[0]); pt = _qmap_threads(KDP)
         prep, qmap, qsc = _get_qmap(backend, D, KDP), _kernel_maps(kplan, D)[0], _scalar(float(scale))
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
+    tsc = _scalar(float(scale))
+    tkm = _kernel_maps(kplan, D)[2] if kdense else _zeros_constant(D)   # the key plan's mean (staged tokens' merge)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
+    tails = {}       # stage capacity -> the folded kernel that merges staged tokens too (built on the first such call)
+    tkey = (R, G, Hkv, VDP, _variant(), id(kplan), id(vplan))   # its meta tables' key
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
-    def run(q, kp, vp, n, mask=None):
+    def run(q, kp, vp, n, mask=None, tail=None):
+        if tail is not None:   # (staged keys, staged values, T): the folded kernel with the staged tokens, or None
+            cap = tail[0].shape[-2]
+            if (folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
+                    or tail[0].shape[-1] != D or tail[1].shape[-1] != Dv or not 0 <= tail[2] <= cap): return None
+            meta, S = _tail_step(n, tail[2], cap, R, G, Hkv, VDP, tkey + (cap,))
+            GX = _AK._blocks_x(S, R, pch) if mma else S
+            SP = GX if bmerge else S
+            if not _AK._fold_ok(SP, G, VDP, (D, cap), Dv): return None
+            if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
+            ins, qc, sides = list(base), mx.contiguous(q), (kp, vp)
+            ins[iq], ins[im], ins[imask] = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
+                                                output_dtypes=[mx.float32])[0] if kdense else qc, meta, _mask_input(None, B, n)
+            for i, s, j in parts_at: ins[i] = sides[s][j]
+            with _CHAIN:
+                _, _, out, cnt[0] = tails[cap](inputs=ins + [cnt[0], *extra, qc, tail[0], tail[1], tsc, tkm], grid=(GX * NT, R, 1), threadgroup=(NT, 1, 1),
+                                               template=[('T', q.dtype)], output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
+                                               output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+            return out
         meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         sides, ins = (kp, vp), list(base)
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
@@ -622,14 +684,24 @@ def _fast_final(queries, keys, values, scale):
     one query token, no mask or sinks, one quantized segment per side; None when it is not such a call"""
     got = _LAUNCHERS.get(_launch_key(queries, keys, values, scale))
     if got is None: return None
-    kc, vc, (B, Hkv, G), run = got
+    kc, vc, (B, Hkv, G), run, caps = got
     if kc is not keys.codec or vc is not values.codec: return None
     kp, vp = keys.storage, values.storage
-    if not kp or not vp or keys.head is not None and keys.head.shape[-2] or keys.tail is not None and keys.tail.shape[-2] \
-            or values.head is not None and values.head.shape[-2] or values.tail is not None and values.tail.shape[-2]: return None
+    if not kp or not vp or keys.head is not None and keys.head.shape[-2] or values.head is not None and values.head.shape[-2]: return None
     n = keys.n_quantized
     if n != values.n_quantized or kp[0].shape[0] != B or kp[0].shape[1] != Hkv or not _fits(n, G): return None
-    return run(queries, kp, vp, n)
+    if keys.tail is not None and keys.tail.shape[-2] or values.tail is not None and values.tail.shape[-2]:   # exact tokens after the quantized ones
+        tail = _staged_tail(keys, values)
+        return None if tail is None or tail[0].shape[-2] not in caps else run(queries, kp, vp, n, None, tail)
+    return run(queries, kp, vp, n) if 0 in caps else None
+
+def _staged_tail(keys, values):
+    """(staged keys, staged values, T) where both sides' exact tail is the first T tokens of a cache's staging buffers
+    (`CachedSide.staged`, T > 0), else None"""
+    sk, sv = keys.staged, values.staged
+    if sk is None or sv is None or keys.tail is None or values.tail is None: return None
+    T = keys.tail.shape[-2]
+    return (sk, sv, T) if 0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2] else None
 
 # %% ../nbs/03b_attention.ipynb #c0de5002
 _COMPILED = {}   # traced decode graphs by configuration: (key codec, value codec, compiled function or None)
@@ -675,14 +747,20 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
     Lk = sum(n for *_, n in ksegs)
     full = _full_mask(mask, B, Hkv, G, Lq, Lk)
     backend = kernel_backend()
-    if (backend is not None and Lq == 1 and len(ksegs) == 1 and kplan is not None and kplan.kind != 'exact' and vplan.kind != 'exact'
-            and _fused_ok(queries, keys, values, kplan, vplan, full, sinks)
+    tail = _staged_tail(keys, values) if backend is not None and Lq == 1 and full is None and len(ksegs) == 2 and ksegs[0][0] != 'exact' else None
+    if (backend is not None and Lq == 1 and (len(ksegs) == 1 or tail is not None) and kplan is not None and kplan.kind != 'exact' and vplan.kind != 'exact'
+            and _fused_ok(queries, keys, values, kplan, vplan, full, sinks, tail is not None)
             and _fits(keys.n_quantized, G) and _kernel_ok(queries.reshape(B, Hkv, G, Lq, D), kplan, vplan, full)):
         guard = _final_guard(backend)
-        out = guard(queries, kplan, vplan, keys.parts, values.parts, full, keys.n_quantized, scale)
-        if full is None and guard.state.get(_final_class(queries, kplan, vplan, keys.parts, values.parts, full, keys.n_quantized, scale)) is True:
-            if len(_LAUNCHERS) > 1024: _LAUNCHERS.clear()
-            _LAUNCHERS[_launch_key(queries, keys, values, scale)] = (keys.codec, values.codec, *_final_launcher(queries, kplan, vplan, keys.parts, scale, backend))
+        args = (queries, kplan, vplan, keys.parts, values.parts, full, keys.n_quantized, scale, tail)
+        out = guard(*args)
+        if full is None and guard.state.get(_final_class(*args)) is True:   # verified: later calls of this class take the launcher
+            lk = _launch_key(queries, keys, values, scale)
+            got = _LAUNCHERS.get(lk)
+            if got is None or got[0] is not keys.codec or got[1] is not values.codec:
+                if len(_LAUNCHERS) > 1024: _LAUNCHERS.clear()
+                got = _LAUNCHERS[lk] = (keys.codec, values.codec, *_final_launcher(queries, kplan, vplan, keys.parts, scale, backend), set())
+            got[4].add(0 if tail is None else tail[0].shape[-2])   # the stage capacities verified (0: no staged tokens)
         return out
     if backend is not None and Lq > 1 and _decoded_bytes(keys, values, D, queries.dtype) <= PREFILL_DECODE_BUDGET:
         return _prefill_sdpa(queries, keys, values, scale, mask, sinks)

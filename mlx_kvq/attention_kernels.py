@@ -251,14 +251,15 @@ def _softmax():
     KVQ_SYNC();
 """
 
-def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None):
+def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, tail=None):
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
-    throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`)"""
+    throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`), with
+    `tail` = (key dim, stage capacity) merging the exact staged tokens too (`_tail_source`)"""
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
-    fin = _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands))
+    fin = _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands), tail)
     return src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
@@ -522,11 +523,71 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
 
-def _fold_ok(S, G, VDP):
-    "Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the merge's weights and outputs fit the score buffer"
-    return S <= FOLD and S + VDP <= _chmax(G)
+def _fold_ok(S, G, VDP, tail=None, Dv=None):
+    """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
+    merge's weights and outputs fit the score buffer (with `tail` = (key dim, stage capacity), the staged tokens' queries,
+    weights, sums and coefficients too: `_tail_source`)"""
+    need = S + VDP + (0 if tail is None else tail[0] + tail[1] + (Dv or VDP) + 2)
+    return S <= FOLD and need <= _chmax(G)
 
-def _fold_source(VDP, finish, Dv=None):
+def _tail_source(VDP, Dv, D, CAP):
+    """Source the fold runs, when the kernel takes a cache's exact staged tokens (`tail`), between merging the row's
+    quantized partials into `xs` (normalized, max `stat[2g + 1]`, sum `stat[2g]`) and the finish: the row's `meta[8]`
+    staged tokens (inputs `tk`, `tv`: the staging buffers (B, Hkv, CAP, D) and (.., Dv), as the cache holds them) attended
+    by the raw queries `qx` times `tsc` in float32 (the quantized part's max Mq raised by q . `tkm`, the key plan's mean,
+    a constant its scores leave out): scores to shared memory, a warp per head for their max m and weights
+    e^(s - m) (sum l), then per head the two coefficients of the log-sum-exp merge: with M the larger max,
+    a = e^(Mq - M) Lq and b = e^(m - M), out = (a xs + b sum_t w_t v_t) / (a + b l), so `tm[2g]` = a / (a + b l) (applied
+    to the finished quantized output, after the inverse rotation or output map: both linear) and `tm[2g + 1]` = b / (a + b l)
+    (applied to the exact weighted sums `te`). No staged token (meta[8] = 0): coefficients 1 and 0."""
+    return f"""        // ---- exact staged tokens: meta[8] of them, merged with the quantized part by log-sum-exp
+        constexpr int TD = {D}, TC = {CAP}, TV = {Dv};
+        const int TT = meta[8];
+        float* const tq = xs + G * VDP;          // G x TD scaled raw queries
+        float* const tw = tq + G * TD;           // G x TC scores, then weights e^(s - m)
+        float* const te = tw + G * TC;           // G x TV exact weighted sums
+        float* const tm = te + G * TV;           // G x 2 merge coefficients (quantized output, exact sums)
+        for (int i = tid; i < G * TD; i += {NT}) tq[i] = (float)qx[(long)r * G * TD + i] * tsc[0];
+        KVQ_SYNC();
+        for (int i = tid; i < G * TT; i += {NT}) {{
+            const int g = i / TT, t = i - g * TT;
+            const auto* const kr = tk + ((long)r * TC + t) * TD;
+            const float* const qg = tq + g * TD;
+            float s = 0.0f;
+            for (int d = 0; d < TD; ++d) s += qg[d] * (float)kr[d];
+            tw[g * TC + t] = s;
+        }}
+        KVQ_SYNC();
+        for (int g = warp; g < G; g += {_NW}) {{
+            float m = KVQ_NEG_INF;
+            for (int t = lane; t < TT; t += 32) m = KVQ_MAX(m, tw[g * TC + t]);
+            for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
+            float l = 0.0f;
+            for (int t = lane; t < TT; t += 32) {{ const float w = KVQ_EXP(tw[g * TC + t] - m); tw[g * TC + t] = w; l += w; }}
+            for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
+            float bias = 0.0f;                   // q . (the key plan's mean): the quantized scores' constant term, which the kernel leaves out
+            for (int d = lane; d < TD; d += 32) bias += tq[g * TD + d] * tkm[d];
+            for (int off = 16; off > 0; off >>= 1) bias += KVQ_SHFL(bias, off);
+            if (lane == 0) {{
+                const float Lq = stat[2 * g], Mq = stat[2 * g + 1] + bias;
+                const float M = TT > 0 && Lq > 0.0f ? KVQ_MAX(Mq, m) : (TT > 0 ? m : Mq);
+                const float a = Lq > 0.0f ? KVQ_EXP(Mq - M) * Lq : 0.0f, b = TT > 0 ? KVQ_EXP(m - M) : 0.0f;
+                const float den = a + b * l, inv = den > 0.0f ? 1.0f / den : 0.0f;
+                tm[2 * g] = a * inv; tm[2 * g + 1] = b * inv;
+            }}
+        }}
+        KVQ_SYNC();
+        for (int i = tid; i < G * TV; i += {NT}) {{
+            const int g = i / TV, e = i - g * TV;
+            const auto* const vr = tv + (long)r * TC * TV + e;
+            float a = 0.0f;
+            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * (float)vr[(long)t * TV];
+            te[i] = a;
+        }}
+        KVQ_SYNC();
+"""
+
+def _fold_source(VDP, finish, Dv=None, tail=None):
     """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain', 'rot' or
     'dense' with the output's width `Dv`, as the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
     counts itself done on its row's counter `cnt[r]` (zero when the kernel starts); the block that finds every other
@@ -535,7 +596,8 @@ def _fold_source(VDP, finish, Dv=None):
     (head, coordinate) over the chunks (loads through L2, `__ldcg`: other SMs wrote them), the result divided by the sum,
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
     output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
-    run one after another (MLX orders them by that dependency), never two at once on one counter."""
+    run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key dim,
+    stage capacity): the exact staged tokens merged in before the output is written (`_tail_source`)."""
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
 #ifndef KVQ_GX
@@ -568,7 +630,7 @@ def _fold_source(VDP, finish, Dv=None):
                 if (w != 0.0f) l += w * __ldcg(ml + a + 1);
             }}
             for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
-            if (lane == 0) stat[2 * g] = l;
+            if (lane == 0) {{ stat[2 * g] = l; stat[2 * g + 1] = M0; }}
         }}
         KVQ_SYNC();
         for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: 16-byte loads, 8 chunks in flight
@@ -588,8 +650,11 @@ def _fold_source(VDP, finish, Dv=None):
         }}
         KVQ_SYNC();
 """
+    if tail is not None: src += _tail_source(VDP, Dv, *tail)
+    def mix(g, e, x):   # the finished quantized output x of head g, coordinate e, with the staged tokens' sums merged in
+        return x if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * te[({g}) * {Dv} + ({e})])"
     if finish == 'plain':
-        return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T)xs[i];
+        return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};
     }}
 """
     if finish == 'dense':   # out = x vmap + vmean: a thread takes 4 output coordinates (16-byte loads of vmap) for 4 heads at once
@@ -614,7 +679,8 @@ def _fold_source(VDP, finish, Dv=None):
             for (int k = 0; k < 4; ++k) {{
                 if (g0 + k >= G) break;
                 T* const op = out + ((long)r * G + g0 + k) * {Dv} + 4 * e4;
-                op[0] = (T)a[k].x; op[1] = (T)a[k].y; op[2] = (T)a[k].z; op[3] = (T)a[k].w;
+                op[0] = (T){mix('g0 + k', '4 * e4', 'a[k].x')}; op[1] = (T){mix('g0 + k', '4 * e4 + 1', 'a[k].y')};
+                op[2] = (T){mix('g0 + k', '4 * e4 + 2', 'a[k].z')}; op[3] = (T){mix('g0 + k', '4 * e4 + 3', 'a[k].w')};
             }}
         }}
     }}
@@ -628,7 +694,7 @@ def _fold_source(VDP, finish, Dv=None):
             }}
             KVQ_SYNC();
         }}
-        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T)(xs[i] * vsg[i % VDP] * vsc[0]);
+        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i] * vsg[i % VDP] * vsc[0]')};
     }}
 """
 

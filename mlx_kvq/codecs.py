@@ -126,7 +126,10 @@ class CachedSide:
     """What a quantized cache returns for one side: exact prefix, quantized parts, exact suffix. With `n`, `parts` are the
     cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when first read,
     and the decode kernels read the storage itself (`storage`), so a decode step makes no slice. Like the arrays mlx-lm's
-    caches return, it is for the attention of the same step: read after the cache changed, it shows the changed storage."""
+    caches return, it is for the attention of the same step: read after the cache changed, it shows the changed storage.
+    `staged`: where the exact `tail` is the first tokens of a cache's staging buffer (B, H, capacity, D), that buffer
+    (the decode kernels read it whole; `CodecKVCache.stage`)."""
+    staged = None
     def __init__(self, codec, head=None, parts=None, tail=None, n=None):
         self.codec, self.head, self.tail = codec, head, tail
         self.storage, self._n = parts, n

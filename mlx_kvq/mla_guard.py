@@ -303,6 +303,7 @@ class QuantizedMLACache(CodecKVCache):
     `update_and_fetch` returns both as plain arrays (the latent dequantized), as the model code needs."""
     role = "latent"
     attend = None                  # the model reads arrays: mlx-lm's own attention serves it
+    stage = 0                      # every step's latent quantized as it comes (the model reads it dequantized)
     _mla_latent_quantized = True   # cache_kind / layer_decisions recognise it by this flag
 
     def __init__(self, bits: int = 8, group_size: int = 64, *, codec: Optional[Codec] = None,

@@ -15,6 +15,7 @@ from .contract import check_update, check_trim, check_codec_state, codecs_from, 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
 from .attention import attend   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
+from .packing import kernel_backend
 
 # %% auto #0
 __all__ = ['FORMAT_VERSION', 'register_cache_class', 'reregister_cache_classes', 'CodecKVCache']
@@ -48,6 +49,7 @@ def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a
 class CodecKVCache(_BaseCache):
     "KV cache storing keys and values with one codec each; exact sink and recent-window tokens"
     step = 256
+    stage = 0   # CUDA decode steps (no window): up to `stage` newest tokens kept exact in a staging buffer, quantized `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
                  quantized_kv_start: int = 0):
@@ -62,6 +64,7 @@ class CodecKVCache(_BaseCache):
         self.tail_keys = self.tail_values = None     # (B, H, <=window, D) exact (everything before start)
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
+        self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
@@ -89,9 +92,14 @@ class CodecKVCache(_BaseCache):
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         n = keys.shape[-2]
         if (not self.window and self.offset >= self.quantized_kv_start and self.tail_keys is not None
-                and self.tail_keys.shape[-2] == 0 and self._n_sink() >= self.sink):
-            # every token is quantized at once (no window, sink full, tail emptied): what the general path below does, without its slices
+                and (self.tail_keys.shape[-2] == 0 or self._stage_k is not None) and self._n_sink() >= self.sink):
+            # every token is quantized at once (no window, sink full, tail emptied or staged): what the general path below
+            # does, without its slices; or a decode step's token staged (`_stage_token`)
             self.offset += n
+            if n == 1 and self.stage > 0 and kernel_backend() == 'cuda': return self._stage_token(keys, values)
+            if self._n_tail():    # staged tokens first, in order
+                keys, values = mx.concatenate([self.tail_keys, keys], axis=-2), mx.concatenate([self.tail_values, values], axis=-2)
+                self._unstage()
             self._append_quantized(keys, values)
             return self._fetch()
         take = min(self.sink - self._n_sink(), n)
@@ -109,10 +117,35 @@ class CodecKVCache(_BaseCache):
             self.tail_keys, self.tail_values = self.tail_keys[..., m:, :], self.tail_values[..., m:, :]
         return self._fetch()
 
+    def _stage_token(self, keys, values):
+        """A decode step's token written to the staging buffers (`stage` tokens, the model's dtype) after the T staged
+        ones: two slice updates, as mlx-lm's `KVCache` makes, and no quantize launch. A full stage is quantized first (one
+        launch for `stage` tokens). The attention reads the staged tokens exactly (`CachedSide.staged`)."""
+        T, cap, sk = self._n_tail(), self.stage, self._stage_k
+        fresh = sk is None or sk.shape[-2] != cap or sk.dtype != keys.dtype or sk.shape[:2] != keys.shape[:2]
+        if T and (fresh or T >= cap):   # a full stage (or one of another shape): its tokens quantized, in order
+            self._append_quantized(self.tail_keys, self.tail_values); T = 0
+        if fresh:
+            B, H = keys.shape[:2]
+            self._stage_k = mx.zeros((B, H, cap, keys.shape[-1]), keys.dtype)
+            self._stage_v = mx.zeros((B, H, cap, values.shape[-1]), values.dtype)
+        at = (slice(None), slice(None), slice(T, T + 1))
+        self._stage_k[at] = keys; self._stage_v[at] = values
+        at = (slice(None), slice(None), slice(0, T + 1))
+        self.tail_keys, self.tail_values = self._stage_k[at], self._stage_v[at]
+        return self._fetch()
+
+    def _unstage(self):
+        "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
+        self.tail_keys, self.tail_values = self.tail_keys[..., :0, :], self.tail_values[..., :0, :]
+        self._stage_k = self._stage_v = None
+
     def _fetch(self):
         n = self.n_quantized
-        return (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
-                CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
+        ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
+                  CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
+        if self._stage_k is not None and self._n_tail(): ks.staged, vs.staged = self._stage_k, self._stage_v
+        return ks, vs
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
         "Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache)"
@@ -144,7 +177,8 @@ class CodecKVCache(_BaseCache):
 
     @property
     def nbytes(self):
-        return _nbytes(self.sink_keys, self.sink_values, self.tail_keys, self.tail_values, self.keys, self.values)
+        tail = (self.tail_keys, self.tail_values) if self._stage_k is None else (self._stage_k, self._stage_v)   # staging: the whole buffers
+        return _nbytes(self.sink_keys, self.sink_values, *tail, self.keys, self.values)
 
     def bytes_per_token(self, dim):
         "Bytes per token per KV head of quantized storage (keys + values)"
