@@ -84,15 +84,17 @@ def decode_inputs(kplan, vplan, qprep):
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
     return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
-def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False):
+def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
-    finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file)"""
+    finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file;
+    `tail` = (key dim, stage capacity) with `fold`: the variant that merges a cache's staged tokens)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
-    src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin)
+    src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
+    if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half'), ('tsc', 'float'), ('tkm', 'float')]
     if include: src = _P._included(src, [n for n, _ in ins])
     if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin

@@ -508,9 +508,13 @@ def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=Non
     return out if out is not None else _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)
 
 def _tail_parts(q, tail):
-    "The (m, l, o) partial of the first T staged tokens of `tail` for scaled float32 queries q (B, Hkv, G, 1, D)"
+    """The (m, l, o) partial of the first T staged tokens of `tail` for scaled float32 queries q (B, Hkv, G, 1, D), by
+    elementwise products and sums: exact float32 on every backend (a GPU's float32 matmul may round its inputs to TF32,
+    1e-3 off; T is at most a stage)"""
     tk, tv, T = tail
-    return _exact_partial(q, tk[..., :T, :], tv[..., :T, :], None)
+    k, v = tk[:, :, None, None, :T, :].astype(mx.float32), tv[:, :, None, None, :T, :].astype(mx.float32)
+    m, l, p = _softmax_partial((mx.expand_dims(q, -2) * k).sum(-1))
+    return m, l, (mx.expand_dims(p, -1) * v).sum(-2)
 
 def _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail):
     "`fused_decode` of a call its launcher does not fold: the quantized segment's partial by the kernels, the staged tokens' by MLX ops, merged"

@@ -652,7 +652,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
 """
     if tail is not None: src += _tail_source(VDP, Dv, *tail)
     def mix(g, e, x):   # the finished quantized output x of head g, coordinate e, with the staged tokens' sums merged in
-        return x if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * te[({g}) * {Dv} + ({e})])"
+        return f"({x})" if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * te[({g}) * {Dv} + ({e})])"
     if finish == 'plain':
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};
     }}

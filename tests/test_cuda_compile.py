@@ -34,6 +34,14 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+def test_staged_kernel_compiles(case):
+    """The folded kernel that also merges a cache's staged exact tokens (`CodecKVCache.stage`; `_tail_source`), each
+    finish ('rot', 'plain', 'dense'), half-precision staging buffers as a float16 model's cache holds them"""
+    _, kc, vc, G, D = case
+    (regs, spill, smem), fin = CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True, tail=(D, 32))
+    assert fin is not None and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+
 @pytest.mark.parametrize('case', CASES[:2], ids=[c[0] for c in CASES[:2]])   # (the calibrated bands take no lean loops, so no BMERGE)
 def test_block_merge_kernel_compiles(case, monkeypatch):
     "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, on by default since 2026-11-27 evening)"
