@@ -24,6 +24,7 @@
 #       wavencu (Nsight Compute with BMERGE on: chunk length and the WAVE block cap at 131K, chunk and block counts at 32K)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
+#       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -126,6 +127,7 @@ case $part in
   hostcalls) for i in 1 2; do timeout 200 python3 bench/host_calls_cuda.py > "$O/hostcalls_$i.log" 2>&1; done   # host cost per call (build / submit / wait), Llama and Gemma shapes, two runs
            for f in "$O"/hostcalls_*.log; do echo "$f"; grep "^|" "$f"; done ;;
   stagecheck) KVQ_KNOBS="CodecKVCache.stage=3" timeout 560 python3 bench/check_decode_steps.py --steps 8 --out "$O" > "$O/run.log" 2>&1; tail -2 "$O/run.log" ;;
+  stagediag) timeout 300 python3 bench/check_staged_cuda.py --out "$O" > "$O/run.log" 2>&1; tail -30 "$O/run.log" | cut -c1-400 ;;
   stagemodel) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do   # whole model with and without staged decode tokens (stage 32: the 48 timed steps quantize one or two stages)
              KVQ_KNOBS="$k" timeout 290 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 48 --host \
                --no-ablations --out "$O" > "$O/model_${k/*=/stage}.log" 2>&1; done
