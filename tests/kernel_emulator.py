@@ -313,3 +313,22 @@ if __name__ == '__main__':
                 print(f"{name + ' (final path)':28s} B{B} Hkv{Hkv} G{G} D{D} N{n} mask{int(masked)}: max rel. error / tolerance {e:.2f}", flush=True)
     print(f"worst error / tolerance {worst:.2f}")
     sys.exit(0 if worst <= 1 else 1)
+
+def check_staged(kc, vc, B, Hkv, G, D, n, T, cap, seed=0, dtype=mx.float16):
+    """Max error of the folded decode kernel that also merges T exact staged tokens of staging buffers of `cap` tokens
+    (`attention_kernels._tail_source`; launched as a decode step of a staging cache launches it) vs the blockwise
+    reference with the staged tokens (`_final_reference(..., tail)`), relative to the output's scale. The staged keys
+    are scaled up so that they carry much of the weight. None where the launcher does not fold the call."""
+    mx.random.seed(seed)
+    k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
+    q = mx.random.normal((B, Hkv * G, 1, D)).astype(dtype)
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    kparts, vparts = kc.encode(k), vc.encode(v)
+    tail = ((mx.random.normal((B, Hkv, cap, D)) * 1.5).astype(dtype), mx.random.normal((B, Hkv, cap, D)).astype(dtype), T)
+    with _emulated(True):
+        _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
+        out = run(q, kparts, vparts, n, None, tail)
+    if out is None: return None
+    ref = A._final_reference(q, kp, vp, kparts, vparts, None, n, D ** -0.5, tail)
+    assert out.dtype == ref.dtype == q.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
+    return (mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max() / mx.abs(ref.astype(mx.float32)).max()).item()

@@ -18,6 +18,9 @@ pytestmark = pytest.mark.skipif(not _cxx20(), reason='needs g++ with C++20 (<bar
 import kernel_emulator as E
 from mlx_kvq import attention_kernels as AK
 from mlx_kvq import attention as A
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.codecs import AffineCodec
+import mlx.core as mx
 
 @pytest.mark.parametrize('case', E.CASES, ids=[c[0] for c in E.CASES])
 def test_emulated_kernel_matches_reference(case):
@@ -377,3 +380,72 @@ def test_included_bodies_emulated(monkeypatch, tmp_path):
     monkeypatch.setattr(P, '_included', lambda *a: orig(*a).split('\n', 1)[1])
     with pytest.raises(RuntimeError, match='strides'):
         E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True)
+
+
+STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300),          # 'rot' finish
+          ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 300),              # 'plain'
+          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 200)]                               # 'dense', centered keys
+
+@pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
+def test_staged_tokens_merged_by_the_fold(case):
+    """The folded decode kernel that also attends a cache's exact staged tokens (`CodecKVCache.stage`): one staged
+    token, a full stage, and none (the tail kernel with meta T = 0), against the blockwise reference over the same
+    quantized and staged tokens, for each finish"""
+    name, kc, vc, B, Hkv, G, D, n = case
+    kc, vc = _pair(kc, vc, D)
+    for T in (1, 8, 0):
+        err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, 8)
+        assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
+
+def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
+    """The staged check fails when the kernel drops the staged tokens' sums from the merge, or (centered keys) the
+    q . mean term that puts the quantized part's max on the staged scores' scale"""
+    _, kc, vc, B, Hkv, G, D, n = STAGED[0]
+    orig = AK._tail_source
+    monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;'))
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+    monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace('bias += tq[g * TD + d] * tkm[d];', ';'))
+    kc, vc = E.calibrated_pair(96)
+    assert E.check_staged(kc, vc, 1, 2, 2, 96, 200, 4, 8) > 1e-2
+
+def test_staged_decode_steps(monkeypatch):
+    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4, float16): each step's token
+    goes to the staging buffers, the third step's stage is quantized by one pair launch at the next step, the tail is
+    the newest tokens exactly, every step after the first is served by the memoized launcher's folded kernel with the
+    staged tokens, and each output matches the reference attention over the cache's contents"""
+    import warnings
+    from mlx_kvq import packing as P, qcache as Q
+    from mlx_kvq.codecs import codec_attention
+    from mlx_kvq.turboquant import TurboQuantKVCache
+    launched = []
+    def recording(name, *a, **kw):
+        k = E.cuda_kernel(name, *a, **kw)
+        return lambda **call: launched.append(name) or k(**call)
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', recording, raising=False)
+    for mod in (A, P, Q): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
+    for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK'): monkeypatch.setattr(A, nm, {})
+    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH'): monkeypatch.setattr(P, nm, {})
+    served = []
+    orig_fast = A._fast_final
+    monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
+    B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 7
+    cache = TurboQuantKVCache(4, 4); cache.stage = 3
+    mx.random.seed(5)
+    ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16), mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        cache.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
+        assert launched.count('mlx_kvq_quantize_pack_pair') == 1
+        for t in range(n0, n0 + steps):
+            k, v = cache.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+            T = (t - n0) % 3 + 1
+            assert cache.n_quantized == t + 1 - T and mx.array_equal(k.tail, ks[:, :, t + 1 - T:t + 1]).item(), t
+            assert k.staged is not None and k.staged.shape[-2] == 3
+            q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
+            out = cache.attend(q, k, v, scale=D ** -0.5)
+            ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
+            err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
+            assert out.dtype == mx.float16 and err <= 2e-3, (t, err)
+    assert launched.count('mlx_kvq_quantize_pack_pair') == 3      # the prefill, then two full stages
+    assert len(served) == steps - 1 and all(s is not None for s in served)   # (the first step verified the kernel and registered the launcher)
+    assert not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)

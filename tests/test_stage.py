@@ -1,0 +1,110 @@
+"""Staged decode tokens (`CodecKVCache.stage`): what the cache holds while decode steps stage their tokens, on this
+machine (MLX CPU) with the cache told that the kernels are CUDA's (staging only happens there); the kernels that read
+the staged tokens are checked in test_kernel_emulation.py (`test_staged_*`)."""
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import save_prompt_cache, load_prompt_cache
+
+from mlx_kvq import qcache as Q
+from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.turboquant import TurboQuantKVCache
+from mlx_kvq.mla_guard import QuantizedMLACache
+
+B, H, D = 1, 2, 64
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    monkeypatch.setattr(Q, 'kernel_backend', lambda: 'cuda')
+
+
+def tokens(n, seed=0):
+    mx.random.seed(seed)
+    return mx.random.normal((B, H, n, D)), mx.random.normal((B, H, n, D))
+
+
+def pair(stage, make=lambda: TurboQuantKVCache(4, 3)):
+    "A staging cache and one that quantizes every token as it comes, with the same codecs"
+    a = make(); b = Q.CodecKVCache(a.k_codec, a.v_codec); a.stage = stage
+    return a, b
+
+
+def same_quantized(a, b, n):
+    "The first n quantized tokens of two caches hold the same codes"
+    return all(mx.array_equal(x[..., :n, :], y[..., :n, :]).item() for x, y in zip((*a.keys, *a.values), (*b.keys, *b.values)))
+
+
+@pytest.mark.parametrize('make', [lambda: TurboQuantKVCache(4, 3), lambda: Q.CodecKVCache(AffineCodec(8), AffineCodec(4))],
+                         ids=['turbo', 'affine'])
+def test_decode_tokens_stage_then_quantize_together(cuda, make):
+    """Each decode step's token is kept exact in the staging buffers; the step after a full stage quantizes its tokens at
+    once, to the same codes as quantizing each token as it came (quantization is per token); nbytes counts the buffers"""
+    a, b = pair(4, make)
+    k, v = tokens(10 + 9)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in range(10, 19):
+        ka, va = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        T = (t - 10) % 4 + 1
+        assert a.offset == t + 1 and a.n_quantized == t + 1 - T and b.n_quantized == t + 1
+        assert mx.array_equal(ka.tail, k[:, :, t + 1 - T:t + 1]).item() and mx.array_equal(va.tail, v[:, :, t + 1 - T:t + 1]).item()
+        assert ka.staged is not None and ka.staged.shape == (B, H, 4, D) and ka.shape[2] == t + 1
+        assert same_quantized(a, b, a.n_quantized)
+    parts = sum(p.nbytes for p in (*a.keys, *a.values))
+    assert a.nbytes == parts + 2 * B * H * 4 * D * 4      # float32 buffers of 4 tokens, whatever T is
+
+
+def test_a_multi_token_update_quantizes_the_staged_tokens_first(cuda):
+    a, b = pair(8)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in (10, 11):
+        for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    ka, _ = a.update_and_fetch(k[:, :, 12:16], v[:, :, 12:16]); b.update_and_fetch(k[:, :, 12:16], v[:, :, 12:16])
+    assert a.n_quantized == a.offset == 16 and ka.tail.shape[-2] == 0 and ka.staged is None and a._stage_k is None
+    assert same_quantized(a, b, 16)
+
+
+def test_trim_within_and_past_the_stage(cuda):
+    a, b = pair(8)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in range(10, 13): a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    assert a.trim(2) == 2 and a.offset == 11 and a.n_quantized == 10
+    ka, _ = a.update_and_fetch(k[:, :, 15:16], v[:, :, 15:16])      # written after the one staged token left
+    assert mx.array_equal(ka.tail, mx.concatenate([k[:, :, 10:11], k[:, :, 15:16]], axis=2)).item()
+    assert a.trim(5) == 5 and a.offset == 7 and a.n_quantized == 7 and a._n_tail() == 0
+    ka, _ = a.update_and_fetch(k[:, :, 16:17], v[:, :, 16:17])
+    assert a.n_quantized == 7 and mx.array_equal(ka.tail, k[:, :, 16:17]).item() and ka.shape[2] == 8
+    assert same_quantized(a, b, 7)
+
+
+def test_saved_staged_tokens_load_exact(cuda, tmp_path):
+    """A prompt-cache file saved mid-stage holds the staged tokens exactly (as the tail); the loaded cache quantizes them
+    with its next update, in order, and goes on staging after it"""
+    a, b = pair(8)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in range(10, 13):
+        for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    f = str(tmp_path / 'c.safetensors')
+    save_prompt_cache(f, [a])
+    (c,) = load_prompt_cache(f)
+    assert type(c) is type(a) and c.offset == 13 and c.n_quantized == 10
+    for x, y in zip(c.dequantized(), a.dequantized()): assert mx.array_equal(x, y).item()
+    c.stage = 8
+    c.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
+    assert c.n_quantized == 14 and c._n_tail() == 0           # the loaded tail and the new token, quantized in order
+    b.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
+    assert same_quantized(c, b, 14)
+    kc, _ = c.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15])
+    assert kc.staged is not None and mx.array_equal(kc.tail, k[:, :, 14:15]).item()
+
+
+def test_no_staging_off_cuda_or_for_latent_caches():
+    "Elsewhere than CUDA (no kernel reads staged tokens there) each step quantizes its token; MLA's latent cache never stages"
+    a, _ = pair(8)
+    k, v = tokens(12)
+    a.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
+    assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
+    assert QuantizedMLACache.stage == 0 and Q.CodecKVCache.stage == 0
