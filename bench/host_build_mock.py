@@ -1,7 +1,7 @@
 """The host's Python cost of building one whole-model decode step, per cache scheme, for the GPU code path, measured on a
 machine without a GPU (this one: Linux x86_64, MLX CPU).
 
-    python3 bench/host_build_mock.py [--shape llama-3.2-1b] [--context 4096] [--steps 64] [--rounds 5] [--kv fp16 turbo:4 affine:4]
+    python3 bench/host_build_mock.py [--shape llama-3.2-1b] [--context 4096] [--steps 64] [--rounds 5] [--kv fp16 turbo:4 affine:4] [--stage 0 32]
 
 Why: on the H100, a decode step of the Llama-3.2-1B shape is bound by the host (`bench/decode_step_profile.py --host`:
 building the step's graph in Python plus MLX submitting its kernels takes longer than the GPU needs to run them), so
@@ -20,7 +20,7 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlx_kvq import packing as P, attention as A
+from mlx_kvq import packing as P, attention as A, qcache as Q
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 
@@ -36,7 +36,7 @@ def gpu_path():
     "Route mlx_kvq through its CUDA code path with the stand-in kernels; the first-use checks accept them"
     mx.fast.cuda_kernel = _stand_in
     P._GPU_API[:] = ['cuda']
-    for m in (P, A): m.kernel_backend = lambda: 'cuda'
+    for m in (P, A, Q): m.kernel_backend = lambda: 'cuda'
     P._agree_quantize = lambda *a: None
     A._agree_final = lambda *a: None
     A._agree_partial = lambda *a: None
@@ -63,14 +63,19 @@ def main():
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--kv", nargs="+", default=["fp16", "turbo:4", "affine:4"])
+    p.add_argument("--stage", type=int, nargs="+", default=[0], help="CodecKVCache.stage values to time side by side (e.g. 0 32)")
     a = p.parse_args()
     model = shape_model(a.shape, mx.float32)
     shapes = probe_kv_shapes(model)
-    sets = {}
-    for kv in a.kv:   # filled by the CPU path (the reference codecs), before the stand-in is installed
+    sets, kvs = {}, [kv if kv == 'fp16' or len(a.stage) == 1 else f"{kv} stage {s}" for kv in a.kv for s in (a.stage if kv != 'fp16' else [0])]
+    for name in kvs:   # filled by the CPU path (the reference codecs), before the stand-in is installed
+        kv, _, sv = name.partition(' stage ')
         caches = bench_caches(model, _bench_scheme(kv))
-        for i, c in enumerate(caches): _fill(c, shapes[str(i)][1][:3], a.context, mx.float32, 7919 * i)
-        sets[kv] = caches
+        for i, c in enumerate(caches):
+            _fill(c, shapes[str(i)][1][:3], a.context, mx.float32, 7919 * i)
+            if hasattr(c, 'stage'): c.stage = int(sv or a.stage[0])
+        sets[name] = caches
+    a.kv = kvs
     gpu_path()
     for kv in a.kv: build_ms(model, sets[kv], 4)        # first-use checks, launchers memoized
     res = {kv: [] for kv in a.kv}
