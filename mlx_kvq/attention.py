@@ -380,6 +380,10 @@ def _step_meta(n, R, G, Hkv, has_mask, VDP, key=None):
     on CUDA, which the GPU then reads across the bus; the table is made by a device op once per META_ROWS steps"""
     return _step(n, R, G, Hkv, has_mask, VDP, key)[0]
 
+def _device_rows(rows):
+    "The rows of an int32 table as views of one device array (one op makes it; each row a view, no slice per call)"
+    return mx.split(device_constant(rows), len(rows))
+
 def _step(n, R, G, Hkv, has_mask, VDP, key=None):
     """(`_step_meta`'s row, chunks S) of a decode call over n tokens. The table's rows are split into views once, when it
     is made (one op), and the chunk counts kept beside them: a step indexes two lists, it builds no slice"""
@@ -391,8 +395,7 @@ def _step(n, R, G, Hkv, has_mask, VDP, key=None):
     if got is None or not got[0] <= n < got[0] + META_ROWS:
         if len(_META_TABLES) > 256: _META_TABLES.clear()
         rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
-        flat = device_constant(rows)                              # one device op per META_ROWS steps
-        got = _META_TABLES[key] = (n, mx.split(flat, META_ROWS), rows[:, 1].tolist())
+        got = _META_TABLES[key] = (n, _device_rows(rows), rows[:, 1].tolist())   # one device op per META_ROWS steps
     i = n - got[0]
     return got[1][i], got[2][i]
 
@@ -406,8 +409,7 @@ def _tail_step(n, T, cap, R, G, Hkv, VDP, key):
     if got is None or got[0] != n:
         if len(_TAIL_TABLES) > 256: _TAIL_TABLES.clear()
         row = _meta_row(n, R, G, Hkv, False, VDP)
-        flat = device_constant(np.array([(*row, t) for t in range(cap + 1)], np.int32))
-        got = _TAIL_TABLES[key] = (n, mx.split(flat, cap + 1), row[1])
+        got = _TAIL_TABLES[key] = (n, _device_rows(np.array([(*row, t) for t in range(cap + 1)], np.int32)), row[1])
     return got[1][T], got[2]
 
 def _tables(plan):
@@ -521,7 +523,7 @@ def _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)
     B, Hq, Lq, D = queries.shape; Hkv = kparts[0].shape[1]
     q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, Lq, D)
     parts = [_quantized_partial(q, kplan, vplan, kparts, vparts, mask, n, queries.dtype != mx.float32)]
-    if tail is not None and tail[2]: parts.append(_tail_parts(q, tail))
+    if tail[2]: parts.append(_tail_parts(q, tail))
     return _merge(parts).reshape(B, Hq, Lq, -1).astype(queries.dtype)
 
 def _fused_ok(queries, keys, values, kplan, vplan, mask, sinks, staged=False):
@@ -649,37 +651,31 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None, tail=None):
-        if tail is not None:   # (staged keys, staged values, T): the folded kernel with the staged tokens, or None
+        if tail is not None:   # (staged keys, staged values, T): only the folded kernel that merges them serves it
             cap = tail[0].shape[-2]
             if (folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
                     or tail[0].shape[-1] != D or tail[1].shape[-1] != Dv or not 0 <= tail[2] <= cap): return None
             meta, S = _tail_step(n, tail[2], cap, R, G, Hkv, VDP, tkey + (cap,))
-            GX = _AK._blocks_x(S, R, pch) if mma else S
-            SP = GX if bmerge else S
-            if not _AK._fold_ok(SP, G, VDP, (D, cap), Dv): return None
-            if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
-            ins, qc, sides = list(base), mx.contiguous(q), (kp, vp)
-            ins[iq], ins[im], ins[imask] = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
-                                                output_dtypes=[mx.float32])[0] if kdense else qc, meta, _mask_input(None, B, n)
-            for i, s, j in parts_at: ins[i] = sides[s][j]
-            with _CHAIN:
-                _, _, out, cnt[0] = tails[cap](inputs=ins + [cnt[0], *extra, qc, tail[0], tail[1], tsc, tkm], grid=(GX * NT, R, 1), threadgroup=(NT, 1, 1),
-                                               template=[('T', q.dtype)], output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
-                                               output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
-            return out
-        meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
-        sides, ins = (kp, vp), list(base)
-        qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
-                   output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
-        ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
-        for i, s, j in parts_at: ins[i] = sides[s][j]
+        else: meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         GX = _AK._blocks_x(S, R, pch) if mma else S
         grid, SP = (GX * NT, R, 1), GX if bmerge else S
-        if folded is not None and _AK._fold_ok(SP, G, VDP):    # one launch: the decode kernel finishes the attention
+        if tail is not None:
+            if not _AK._fold_ok(SP, G, VDP, (D, cap), Dv): return None
+            if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
+            fk = tails[cap]
+        else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None
+        sides, ins = (kp, vp), list(base)
+        qc = mx.contiguous(q) if tail is not None or not kdense else None
+        qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
+                   output_dtypes=[mx.float32])[0] if kdense else qc
+        ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
+        for i, s, j in parts_at: ins[i] = sides[s][j]
+        if fk is not None:    # one launch: the decode kernel finishes the attention (and merges the staged tokens)
+            more = [] if tail is None else [qc, tail[0], tail[1], tsc, tkm]
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                _, _, out, cnt[0] = folded(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                           output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
-                                           output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+                _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra, *more], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
+                                       output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
+                                       output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
             return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])

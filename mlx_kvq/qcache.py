@@ -43,6 +43,13 @@ def _nbytes(*xs):
         else: tot += x.nbytes
     return tot
 
+def _stage_size(stage):
+    "`CodecKVCache.stage`, checked: a non-negative integer"
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
+        raise ValueError(f"CodecKVCache.stage must be a non-negative integer (tokens a CUDA decode step keeps exact before "
+                         f"quantizing them together; 0 turns staging off), got {stage!r}")
+    return stage
+
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
@@ -95,8 +102,9 @@ class CodecKVCache(_BaseCache):
                 and (self.tail_keys.shape[-2] == 0 or self._stage_k is not None) and self._n_sink() >= self.sink):
             # every token is quantized at once (no window, sink full, tail emptied or staged): what the general path below
             # does, without its slices; or a decode step's token staged (`_stage_token`)
+            staging = n == 1 and _stage_size(self.stage) > 0 and kernel_backend() == 'cuda'
             self.offset += n
-            if n == 1 and self.stage > 0 and kernel_backend() == 'cuda': return self._stage_token(keys, values)
+            if staging: return self._stage_token(keys, values)
             if self._n_tail():    # staged tokens first, in order
                 keys, values = mx.concatenate([self.tail_keys, keys], axis=-2), mx.concatenate([self.tail_values, values], axis=-2)
                 self._unstage()

@@ -100,11 +100,31 @@ def test_saved_staged_tokens_load_exact(cuda, tmp_path):
     assert kc.staged is not None and mx.array_equal(kc.tail, k[:, :, 14:15]).item()
 
 
-def test_no_staging_off_cuda_or_for_latent_caches():
-    "Elsewhere than CUDA (no kernel reads staged tokens there) each step quantizes its token; MLA's latent cache never stages"
+def test_no_staging_off_cuda():
+    "Elsewhere than CUDA (no kernel reads staged tokens there) each step quantizes its token, whatever `stage` says"
     a, _ = pair(8)
     k, v = tokens(12)
     a.update_and_fetch(k[:, :, :10], v[:, :, :10])
     ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
     assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
-    assert QuantizedMLACache.stage == 0 and Q.CodecKVCache.stage == 0
+
+
+def test_latent_caches_never_stage(cuda, monkeypatch):
+    "MLA's latent cache (the model reads it dequantized) quantizes every step's latent even where its base class stages"
+    monkeypatch.setattr(Q.CodecKVCache, 'stage', 8)
+    c = QuantizedMLACache(8, 64)
+    mx.random.seed(1)
+    c.update_and_fetch(mx.random.normal((1, 1, 10, 128)), mx.random.normal((1, 1, 10, 32)))
+    c.update_and_fetch(mx.random.normal((1, 1, 1, 128)), mx.random.normal((1, 1, 1, 32)))
+    assert c.n_quantized == 11 and c._stage_k is None
+
+
+@pytest.mark.parametrize('bad', [-1, 2.5, '32', True])
+def test_a_bad_stage_is_refused_before_the_cache_changes(cuda, bad):
+    a, _ = pair(8)
+    k, v = tokens(12)
+    a.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    a.stage = bad
+    with pytest.raises(ValueError, match="non-negative integer"):
+        a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
+    assert a.offset == 10 and a.n_quantized == 10
