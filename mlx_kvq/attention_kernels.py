@@ -525,9 +525,9 @@ FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) 
 
 def _fold_ok(S, G, VDP, tail=None, Dv=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
-    merge's weights and outputs fit the score buffer (with `tail` = (key dim, stage capacity), the staged tokens' queries,
-    weights, sums and coefficients too: `_tail_source`)"""
-    need = S + VDP + (0 if tail is None else tail[0] + tail[1] + (Dv or VDP) + 2)
+    merge's weights and outputs fit the score buffer (with `tail` = (key dim, stage capacity), the staged tokens' weights
+    and merge coefficients too: `_tail_source`)"""
+    need = S + VDP + (0 if tail is None else tail[1] + 2)
     return S <= FOLD and need <= _chmax(G)
 
 def _tail_source(VDP, Dv, D, CAP):
@@ -539,22 +539,21 @@ def _tail_source(VDP, Dv, D, CAP):
     e^(s - m) (sum l), then per head the two coefficients of the log-sum-exp merge: with M the larger max,
     a = e^(Mq - M) Lq and b = e^(m - M), out = (a xs + b sum_t w_t v_t) / (a + b l), so `tm[2g]` = a / (a + b l) (applied
     to the finished quantized output, after the inverse rotation or output map: both linear) and `tm[2g + 1]` = b / (a + b l)
-    (applied to the exact weighted sums `te`). No staged token (meta[8] = 0): coefficients 1 and 0."""
+    (applied to the exact weighted sum of the staged values, which `texact(g, e)` takes where the finish writes
+    coordinate e of head g). No staged token (meta[8] = 0): coefficients 1 and 0. Shared memory: the G x CAP weights and
+    G x 2 coefficients after `xs`; the queries are read from `qx` where they are used (G x D values, cached)."""
     return f"""        // ---- exact staged tokens: meta[8] of them, merged with the quantized part by log-sum-exp
         constexpr int TD = {D}, TC = {CAP}, TV = {Dv};
         const int TT = meta[8];
-        float* const tq = xs + G * VDP;          // G x TD scaled raw queries
-        float* const tw = tq + G * TD;           // G x TC scores, then weights e^(s - m)
-        float* const te = tw + G * TC;           // G x TV exact weighted sums
-        float* const tm = te + G * TV;           // G x 2 merge coefficients (quantized output, exact sums)
-        for (int i = tid; i < G * TD; i += {NT}) tq[i] = (float)qx[(long)r * G * TD + i] * tsc[0];
-        KVQ_SYNC();
+        const T* const tqx = qx + (long)r * G * TD;   // this row's G x TD raw queries (scaled by tsc where read)
+        float* const tw = xs + G * VDP;          // G x TC scores, then weights e^(s - m)
+        float* const tm = tw + G * TC;           // G x 2 merge coefficients (quantized output, exact sums)
         for (int i = tid; i < G * TT; i += {NT}) {{
             const int g = i / TT, t = i - g * TT;
             const auto* const kr = tk + ((long)r * TC + t) * TD;
-            const float* const qg = tq + g * TD;
+            const T* const qg = tqx + g * TD;
             float s = 0.0f;
-            for (int d = 0; d < TD; ++d) s += qg[d] * (float)kr[d];
+            for (int d = 0; d < TD; ++d) s += ((float)qg[d] * tsc[0]) * (float)kr[d];
             tw[g * TC + t] = s;
         }}
         KVQ_SYNC();
@@ -566,7 +565,7 @@ def _tail_source(VDP, Dv, D, CAP):
             for (int t = lane; t < TT; t += 32) {{ const float w = KVQ_EXP(tw[g * TC + t] - m); tw[g * TC + t] = w; l += w; }}
             for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
             float bias = 0.0f;                   // q . (the key plan's mean): the quantized scores' constant term, which the kernel leaves out
-            for (int d = lane; d < TD; d += 32) bias += tq[g * TD + d] * tkm[d];
+            for (int d = lane; d < TD; d += 32) bias += ((float)tqx[g * TD + d] * tsc[0]) * tkm[d];
             for (int off = 16; off > 0; off >>= 1) bias += KVQ_SHFL(bias, off);
             if (lane == 0) {{
                 const float Lq = stat[2 * g], Mq = stat[2 * g + 1] + bias;
@@ -577,14 +576,12 @@ def _tail_source(VDP, Dv, D, CAP):
             }}
         }}
         KVQ_SYNC();
-        for (int i = tid; i < G * TV; i += {NT}) {{
-            const int g = i / TV, e = i - g * TV;
-            const auto* const vr = tv + (long)r * TC * TV + e;
+        const T* const tvr = tv + (long)r * TC * TV;
+        auto texact = [&](int g, int e) {{          // the exact weighted sum of the staged values, head g, coordinate e
             float a = 0.0f;
-            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * (float)vr[(long)t * TV];
-            te[i] = a;
-        }}
-        KVQ_SYNC();
+            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * (float)tvr[(long)t * TV + e];
+            return a;
+        }};
 """
 
 def _fold_source(VDP, finish, Dv=None, tail=None):
@@ -652,7 +649,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
 """
     if tail is not None: src += _tail_source(VDP, Dv, *tail)
     def mix(g, e, x):   # the finished quantized output x of head g, coordinate e, with the staged tokens' sums merged in
-        return f"({x})" if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * te[({g}) * {Dv} + ({e})])"
+        return f"({x})" if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * texact({g}, {e}))"
     if finish == 'plain':
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};
     }}

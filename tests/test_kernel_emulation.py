@@ -384,7 +384,8 @@ def test_included_bodies_emulated(monkeypatch, tmp_path):
 
 STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300),          # 'rot' finish
           ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 300),              # 'plain'
-          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 200)]                               # 'dense', centered keys
+          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 200),                              # 'dense', centered keys
+          ('turbo:4 G16', TurboCodec(4), TurboCodec(4, seed=1), 1, 1, 16, 128, 300)]       # 16 query heads (SIMT kernel): the smallest score buffer
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 def test_staged_tokens_merged_by_the_fold(case):
@@ -398,13 +399,18 @@ def test_staged_tokens_merged_by_the_fold(case):
         assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
 
 def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
-    """The staged check fails when the kernel drops the staged tokens' sums from the merge, or (centered keys) the
-    q . mean term that puts the quantized part's max on the staged scores' scale"""
+    """The staged check fails when the kernel drops the staged tokens' sums from the merge, weighs the wrong staged
+    values, or (centered keys) leaves out the q . mean term that puts the quantized part's max on the staged scores' scale"""
     _, kc, vc, B, Hkv, G, D, n = STAGED[0]
     orig = AK._tail_source
-    monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;'))
+    def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
+        assert old in orig(64, 64, 64, 8), old
+        monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
+    wrong('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace('bias += tq[g * TD + d] * tkm[d];', ';'))
+    wrong('(float)tvr[(long)t * TV + e]', '(float)tvr[e]')   # every staged token weighs the first one's values
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+    wrong('bias += ((float)tqx[g * TD + d] * tsc[0]) * tkm[d];', ';')
     kc, vc = E.calibrated_pair(96)
     assert E.check_staged(kc, vc, 1, 2, 2, 96, 200, 4, 8) > 1e-2
 
