@@ -22,6 +22,7 @@
 #       hostcalls (bench/host_calls_cuda.py twice: build / submit / wait per attend call and update, Llama and Gemma shapes: about 2 min)
 #       inclcheck / inclhost / inclmodel (kernel bodies as one #include of a file, packing.INCLUDE: the GPU checks; host cost per call and whole model, without and with, alternating)
 #       wavencu (Nsight Compute with BMERGE on: chunk length and the WAVE block cap at 131K, chunk and block counts at 32K)
+#       short4k (Nsight Compute at 4K: the decode kernel by BLOCKS / REP / LPCH_MIN, and fp16 SDPA's kernels at 4K and 131K: about 4 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -132,6 +133,10 @@ case $part in
              KVQ_KNOBS="$k" timeout 290 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 48 --host \
                --no-ablations --out "$O" > "$O/model_${k/*=/stage}.log" 2>&1; done
            for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]" "$f" | tail -8; done ;;
+  short4k) NCU=/usr/local/cuda/bin/ncu   # 4,096 tokens: the decode kernel's duration under Nsight Compute by knob set (fewer, longer chunks: BLOCKS; fewer pair-table copies: REP; blocks serving two chunks: LPCH_MIN=0), default first and last, and fp16 SDPA's kernels at 4K and 131K (about 4 min)
+         CTX=4096 ncu_sets "$O/short4k.txt" "mlx_kvq_decode_" "PF=2" "REP=8" "REP=2" "BLOCKS=300" "BLOCKS=128" "LPCH_MIN=0" "BLOCKS=128 REP=8" "PF=2"
+         for n in 4096 131072; do timeout 100 $NCU --clock-control none --cache-control none --launch-skip 8 --launch-count 3 --section SpeedOfLight \
+           python3 bench/ncu_decode.py fp16 $n 2>&1 | grep -E "Context|^    Duration" | sed "s/^/fp16 $n: /" | cut -c1-160 | tee -a "$O/short4k.txt"; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -202,11 +202,13 @@ def _value_band(plan, i, b, first, toff, GV):
     }}"""
 
 def _fwht(lo_ref, hi_ref, D, rows):
-    "Source: in-place Walsh-Hadamard butterflies over D coordinates of `rows` vectors in shared memory (element refs by lo / hi, g)"
+    """Source: in-place Walsh-Hadamard butterflies over D coordinates of `rows` vectors in shared memory (element refs by
+    lo / hi, g). The vector g is the fastest index over the threads: the query buffer interleaves the heads (coordinate d
+    of head g at `(d & 31) * G + g`), so consecutive threads touch consecutive floats (no bank conflicts)"""
     return f"""KVQ_SYNC();
     for (int hh = 1; hh < {D}; hh <<= 1) {{
         for (int i = tid; i < ({rows}) * {D // 2}; i += KVQ_NTHREADS) {{
-            const int g = i / {D // 2}, pi = i - g * {D // 2};
+            const int pi = i / ({rows}), g = i - pi * ({rows});
             const int lo = (pi / hh) * 2 * hh + (pi % hh), hi = lo + hh;
             const float a = {lo_ref}, c = {hi_ref};
             {lo_ref} = a + c; {hi_ref} = a - c;
