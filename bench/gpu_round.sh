@@ -23,6 +23,7 @@
 #       inclcheck / inclhost / inclmodel (kernel bodies as one #include of a file, packing.INCLUDE: the GPU checks; host cost per call and whole model, without and with, alternating)
 #       wavencu (Nsight Compute with BMERGE on: chunk length and the WAVE block cap at 131K, chunk and block counts at 32K)
 #       short4k (Nsight Compute at 4K: the decode kernel by BLOCKS / REP / LPCH_MIN, and fp16 SDPA's kernels at 4K and 131K: about 4 min)
+#       blocks300 (after BLOCKS 900 -> 300: decode steps, one layer twice, fp16 SDPA's kernel at 4K: about 7 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -135,8 +136,13 @@ case $part in
            for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]" "$f" | tail -8; done ;;
   short4k) NCU=/usr/local/cuda/bin/ncu   # 4,096 tokens: the decode kernel's duration under Nsight Compute by knob set (fewer, longer chunks: BLOCKS; fewer pair-table copies: REP; blocks serving two chunks: LPCH_MIN=0), default first and last, and fp16 SDPA's kernels at 4K and 131K (about 4 min)
          CTX=4096 ncu_sets "$O/short4k.txt" "mlx_kvq_decode_" "PF=2" "REP=8" "REP=2" "BLOCKS=300" "BLOCKS=128" "LPCH_MIN=0" "BLOCKS=128 REP=8" "PF=2"
-         for n in 4096 131072; do timeout 100 $NCU --clock-control none --cache-control none --launch-skip 8 --launch-count 3 --section SpeedOfLight \
+         for n in 4096 131072; do timeout 100 $NCU --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
            python3 bench/ncu_decode.py fp16 $n 2>&1 | grep -E "Context|^    Duration" | sed "s/^/fp16 $n: /" | cut -c1-160 | tee -a "$O/short4k.txt"; done ;;
+  blocks300) mkdir -p "$O/steps" "$O/layer"   # after BLOCKS 900 -> 300: decode steps against the reference, then one layer twice, then fp16 SDPA's kernel at 4K under Nsight Compute (about 7 min)
+         timeout 330 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; tail -1 "$O/steps/run.log"
+         for i in 1 2; do timeout 170 python3 bench/check_fused_cuda.py --quick --only layer,gemma --out "$O/layer" > "$O/layer/run_$i.log" 2>&1; grep -v "^#" "$O/layer/run_$i.log" | tail -4; done
+         timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+           python3 bench/ncu_decode.py fp16 4096 2>&1 | grep -E "Context|^    Duration" | cut -c1-160 | tee "$O/fp16_4k_ncu.txt" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
