@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/packing.html.md"""
 
 # %% ../nbs/02_packing.ipynb #dd3aa278
 from __future__ import annotations
-import hashlib, math, os, warnings
+import hashlib, math, os, time, warnings
 from functools import lru_cache
 
 import numpy as np
@@ -16,8 +16,8 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack',
-           'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack',
+           'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
            'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
            'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
            'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'check_fused']
@@ -289,19 +289,43 @@ def _inline(why):
                   "to a writable folder of plain paths", RuntimeWarning, stacklevel=3)
     return None
 
+KEEP_DAYS = 30   # kernel bodies not used for this many days are removed from `kernel_dir()` when a new one is written
+
+def _fresh(path):
+    "Whether the body file at `path` exists; its time is set to now where the folder allows (a body in use is never pruned)"
+    try: os.utime(path); return True
+    except FileNotFoundError: return False
+    except OSError: return os.path.exists(path)   # a folder shared read-only: the body is read as it is
+
+def _prune(folder, keep_days=None):
+    """Remove the kernel bodies (`body_*.cuh`, and temporaries of interrupted writes) in `folder` unused for `keep_days`
+    (default KEEP_DAYS): each new mlx_kvq version or kernel setting writes its own, and nothing else would remove the old
+    ones. Names not written by `_included` are left alone; a file that cannot be removed is skipped"""
+    limit = time.time() - 86400 * (KEEP_DAYS if keep_days is None else keep_days)
+    try: names = os.listdir(folder)
+    except OSError: return
+    for nm in names:
+        if not (nm.startswith("body_") and (nm.endswith(".cuh") or nm.endswith(".tmp"))): continue
+        p = os.path.join(folder, nm)
+        try:
+            if os.stat(p).st_mtime < limit: os.remove(p)
+        except OSError: pass
+
 def _included(source, input_names):
-    """A short body that includes `source` from a file named by its content hash (written once), or None (with a
-    warning) where that file cannot be written or holds something else. Its first line names the `<input>_shape /
-    _strides / _ndim` the body uses: MLX finds them by a substring search of the source it is given, to put them in
-    the kernel's signature"""
+    """A short body that includes `source` from a file named by its content hash (written once; its time refreshed at
+    each use, and bodies unused for KEEP_DAYS removed when a new one is written: `_prune`), or None (with a warning)
+    where that file cannot be written or holds something else. Its first line names the `<input>_shape / _strides /
+    _ndim` the body uses: MLX finds them by a substring search of the source it is given, to put them in the kernel's
+    signature"""
     path = os.path.join(kernel_dir(), "body_" + hashlib.sha1(source.encode()).hexdigest() + ".cuh").replace(os.sep, "/")
     if '"' in path or "\n" in path: return _inline(f"the kernel folder {path!r} has a character an #include cannot name")
     try:
-        if not os.path.exists(path):
+        if not _fresh(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f: f.write(source)
             os.replace(tmp, path)   # whole or absent: a reader never sees half a body
+            _prune(os.path.dirname(path))
         with open(path) as f:
             if f.read() != source: return _inline(f"{path} holds something other than the kernel body it is named for")
     except OSError as e:

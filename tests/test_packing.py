@@ -78,6 +78,26 @@ def test_bad_input():
     with pytest.raises(ValueError, match="uint32"):
         unpack(mx.zeros((1,), dtype=mx.uint8), 2, 4)
 
+def test_old_kernel_bodies_pruned(tmp_path, monkeypatch):
+    """Writing a new body removes the bodies (and interrupted temporaries) unused for KEEP_DAYS from the kernel folder,
+    keeps recent ones and anything it did not write; reusing a body refreshes its time, so a body in use is never removed"""
+    import os, time
+    from mlx_kvq import packing as P
+    d = tmp_path / 'k'; d.mkdir()
+    monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(d))
+    def aged(name, days):
+        f = d / name; f.write_text('x'); t = time.time() - days * 86400; os.utime(f, (t, t)); return f
+    old, old_tmp, recent, other = aged('body_old.cuh', P.KEEP_DAYS + 5), aged('body_old.cuh.7.tmp', P.KEEP_DAYS + 5), \
+        aged('body_recent.cuh', P.KEEP_DAYS - 5), aged('notes.txt', 400)
+    src = "out[0] = a[0];"
+    short = P._included(src, ['a'])
+    body = d / short.split('"')[1].split('/')[-1]
+    assert body.read_text() == src and not old.exists() and not old_tmp.exists() and recent.exists() and other.exists()
+    t = time.time() - (P.KEEP_DAYS + 5) * 86400; os.utime(body, (t, t))    # a body in use since long ago
+    assert P._included(src, ['a']) == short and time.time() - body.stat().st_mtime < 60   # reused: its time refreshed
+    P._included("out[0] = a[1];", ['a'])                                     # another new body: prunes again
+    assert body.exists() and recent.exists() and len(list(d.glob('body_*.cuh'))) == 3
+
 def test_included_kernel_body(tmp_path, monkeypatch):
     """`INCLUDE`'s short body: the source written once to a file named by its hash (whole, reused), included by absolute
     path, its first line naming exactly the `<input>_shape / _strides / _ndim` the source reads; None (the caller keeps
