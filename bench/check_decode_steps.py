@@ -76,17 +76,18 @@ def prefill(scheme, B, Hkv, G, D, n0, Lq, dtype, seed=0):
 def main():
     p = argparse.ArgumentParser(); p.add_argument("--out", default=None)
     p.add_argument("--steps", type=int, default=4, help="decode steps per configuration (with CodecKVCache.stage=S set by KVQ_KNOBS, more than S cross a stage's quantization)")
+    p.add_argument("--schemes", nargs="+", default=None, help=f"only these cache schemes' decode steps, no prefill rows (of {list(CACHES)})")
     a = p.parse_args()
     rows = []
     print(f"check_decode_steps: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    for scheme in CACHES:
+    for scheme in a.schemes or CACHES:
         for (B, Hkv, G, D, n0, dt) in ((1, 8, 4, 64, 3000, mx.float16), (2, 8, 4, 128, 1500, mx.float16), (1, 1, 4, 256, 700, mx.bfloat16),
                                        (1, 4, 8, 128, 5000, mx.float32), (1, 2, 16, 128, 900, mx.float16)):
             if scheme.startswith('affine') and D % 64: continue
             r = run(scheme, B, Hkv, G, D, n0, dt, a.steps)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    for scheme in ('turbo:4', 'turbo:3', 'turbo:4,2', 'affine:4'):
+    for scheme in () if a.schemes else ('turbo:4', 'turbo:3', 'turbo:4,2', 'affine:4'):
         for (D, G, dt) in ((64, 4, mx.float16), (128, 4, mx.bfloat16), (128, 8, mx.float32)):
             r = prefill(scheme, 1, 8, G, D, 3000, 256, dt)
             rows.append(r)

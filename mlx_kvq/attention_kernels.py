@@ -10,7 +10,7 @@ from __future__ import annotations
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
-           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP']
+           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'LEAN_ANY']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -501,7 +501,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1175,9 +1175,11 @@ VLO = True               # lean value loop: the weights as hi + lo parts (two pr
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
+LEAN_ANY = True          # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False: those configurations take the earlier tensor-core loops
+
 def _lean_ok(kplan, vplan):
-    "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word"
-    return all(8 * _nslices(b.n) * b.bits % 32 == 0 for b in kplan.bands)
+    "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word, or any band with `LEAN_ANY`"
+    return LEAN_ANY or all(8 * _nslices(b.n) * b.bits % 32 == 0 for b in kplan.bands)
 
 def _lut_shared(kplan, vplan):
     "Whether keys and values can read one pair table: the same kind and bands (bits, size: the tables follow from them), every band <= 4 bits"

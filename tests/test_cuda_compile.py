@@ -50,7 +50,7 @@ def test_staged_kernel_of_16_heads_compiles():
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, 16, True, tail=(128, 32))
     assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
-@pytest.mark.parametrize('case', CASES[:2], ids=[c[0] for c in CASES[:2]])   # (the calibrated bands take no lean loops, so no BMERGE)
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])   # the calibrated bands too (`LEAN_ANY`: their 5-bit key ranges funnel-shifted)
 def test_block_merge_kernel_compiles(case, monkeypatch):
     "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, on by default since 2026-11-27 evening)"
     monkeypatch.setattr(AK, 'BMERGE', True)

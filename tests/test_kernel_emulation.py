@@ -198,6 +198,23 @@ def test_lean_variants(monkeypatch):
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
+def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
+    """`LEAN_ANY`: the calibrated codecs (a 5-bit outlier band of 12 or 32 channels, so a key thread's codes start
+    mid-word) in the lean loops: two-launch with a mask and short chunks, and folded with each block's chunks merged
+    into one partial (BMERGE), against the blockwise reference"""
+    monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # several chunks, LPCH per block
+    for D, G, n in ((96, 2, 300), (256, 4, 500)):
+        kc, vc = E.calibrated_pair(D); kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        monkeypatch.setattr(AK, 'LEAN_ANY', False)
+        assert not AK._lean_ok(kp, vp)                       # the configurations this test is about
+        monkeypatch.setattr(AK, 'LEAN_ANY', True)
+        assert 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', fold='dense')   # the lean loops, blocks merging their chunks
+        assert E.check_final(kc, vc, 1, 2, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (D, 'folded')
+        monkeypatch.setattr(AK, 'CH_MAX', 128)
+        assert 'lean' in AK._decode_source(kp, vp, G, 'cuda')
+        assert E.check(kc, vc, 1, 2, G, D, n, True) <= E.tolerance(kc, vc, G, D), (D, 'masked')
+        monkeypatch.setattr(AK, 'CH_MAX', 1024)
+
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
     that are wholly masked (the first ones: the running max starts at -inf; one group of threads may see only such
