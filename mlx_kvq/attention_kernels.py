@@ -1175,7 +1175,7 @@ VLO = True               # lean value loop: the weights as hi + lo parts (two pr
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
-LEAN_ANY = True          # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False: those configurations take the earlier tensor-core loops
+LEAN_ANY = False         # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False (default until a GPU run settles it: one H200 run, 2026-11-28, -11% at 131K, +18% at 32K on Gemma's shape): those configurations take the earlier tensor-core loops
 
 def _lean_ok(kplan, vplan):
     "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word, or any band with `LEAN_ANY`"

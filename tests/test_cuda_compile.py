@@ -50,10 +50,10 @@ def test_staged_kernel_of_16_heads_compiles():
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, 16, True, tail=(128, 32))
     assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
-@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])   # the calibrated bands too (`LEAN_ANY`: their 5-bit key ranges funnel-shifted)
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])   # the calibrated bands with `LEAN_ANY` (their 5-bit key ranges funnel-shifted)
 def test_block_merge_kernel_compiles(case, monkeypatch):
     "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, on by default since 2026-11-27 evening)"
-    monkeypatch.setattr(AK, 'BMERGE', True)
+    monkeypatch.setattr(AK, 'BMERGE', True); monkeypatch.setattr(AK, 'LEAN_ANY', True)
     _, kc, vc, G, D = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
     assert AK._bmerge_ok(kp, vp, G) and 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', _finish_kind(kp), fold=_finish_kind(vp))   # the merging kernel is what compiles
