@@ -514,7 +514,7 @@ def _fits(n, G):
     "Whether n tokens fit the kernels: at most SMAX chunks of at most `_chmax(G)` tokens"
     return n <= SMAX * _chmax(G)
 
-SCAP = 256               # most chunks per row a decode call aims for: with few rows (one KV head, Gemma's shape) BLOCKS alone cuts a long context in ~900 short chunks, which the combine then merges slowly
+SCAP = 256               # most chunks per row a decode call aims for: with few rows (one KV head, Gemma's shape) BLOCKS alone cuts a long context in ~BLOCKS short chunks, which the combine then merges slowly
 
 def _chunk(n, R, G):
     "Tokens per thread block: enough blocks to fill the GPU, at most 1024 (and the score buffer <= 4096 floats), at most about SCAP chunks per row"
