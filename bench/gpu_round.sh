@@ -24,7 +24,7 @@
 #       wavencu (Nsight Compute with BMERGE on: chunk length and the WAVE block cap at 131K, chunk and block counts at 32K)
 #       short4k (Nsight Compute at 4K: the decode kernel by BLOCKS / REP / LPCH_MIN, and fp16 SDPA's kernels at 4K and 131K: about 4 min)
 #       blocks300 (after BLOCKS 900 -> 300: decode steps, one layer twice, fp16 SDPA's kernel at 4K: about 7 min)
-#       leanany (the calibrated codecs in the lean loops: their decode steps, Gemma's shape LEAN_ANY=False vs True: about 4 min)
+#       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -144,9 +144,9 @@ case $part in
          for i in 1 2; do timeout 170 python3 bench/check_fused_cuda.py --quick --only layer,gemma --out "$O/layer" > "$O/layer/run_$i.log" 2>&1; grep -v "^#" "$O/layer/run_$i.log" | tail -4; done
          timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
            python3 bench/ncu_decode.py fp16 4096 2>&1 | grep -E "Context|^    Duration" | cut -c1-160 | tee "$O/fp16_4k_ncu.txt" ;;
-  leanany) mkdir -p "$O/steps" "$O/gemma"   # the calibrated codecs in the lean loops (LEAN_ANY, 2026-11-28): their decode steps against the reference, then Gemma's shape without and with, alternating (about 4 min)
-         timeout 100 python3 bench/check_decode_steps.py --schemes "calibrated 4o5" --out "$O/steps" > "$O/steps/run.log" 2>&1; tail -1 "$O/steps/run.log"
-         for k in "LEAN_ANY=False" "LEAN_ANY=True"; do KVQ_KNOBS="$k" timeout 65 python3 bench/check_fused_cuda.py --quick --only gemma --contexts 32768,131072 --out "$O/gemma" > "$O/gemma/${k#*=}.log" 2>&1; echo "$k"; grep -v "^#" "$O/gemma/${k#*=}.log" | tail -3; done ;;
+  leanany) mkdir -p "$O/steps" "$O/gemma"   # the calibrated codecs in the lean loops (LEAN_ANY, off): their decode steps with it on against the reference (each new kernel ~20 s of NVRTC), then Gemma's shape without and with, alternating, two rounds (about 9 min; the 2026-11-28 run had 100 s for the steps: 1 of 5 done)
+         KVQ_KNOBS="LEAN_ANY=True" timeout 280 python3 bench/check_decode_steps.py --schemes "calibrated 4o5" --out "$O/steps" > "$O/steps/run.log" 2>&1; tail -1 "$O/steps/run.log"
+         for i in 1 2; do for k in "LEAN_ANY=False" "LEAN_ANY=True"; do KVQ_KNOBS="$k" timeout 65 python3 bench/check_fused_cuda.py --quick --only gemma --contexts 32768,131072 --out "$O/gemma" > "$O/gemma/${k#*=}_$i.log" 2>&1; echo "$k ($i)"; grep -v "^#" "$O/gemma/${k#*=}_$i.log" | tail -3; done; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
