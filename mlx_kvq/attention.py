@@ -660,7 +660,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         GX = _AK._blocks_x(S, R, pch) if mma else S
         grid, SP = (GX * NT, R, 1), GX if bmerge else S
         if tail is not None:
-            if not _AK._fold_ok(SP, G, VDP, (D, cap), Dv): return None
+            if not _AK._fold_ok(SP, G, VDP, cap): return None
             if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
             fk = tails[cap]
         else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None

@@ -525,11 +525,11 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
 
-def _fold_ok(S, G, VDP, tail=None, Dv=None):
+def _fold_ok(S, G, VDP, cap=0):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
-    merge's weights and outputs fit the score buffer (with `tail` = (key dim, stage capacity), the staged tokens' weights
-    and merge coefficients too: `_tail_source`)"""
-    need = S + VDP + (0 if tail is None else tail[1] + 2)
+    merge's weights and outputs fit the score buffer (with staged tokens, `cap` > 0 the stage capacity, their weights
+    and the merge coefficients too: `_tail_source`)"""
+    need = S + VDP + (cap + 2 if cap else 0)
     return S <= FOLD and need <= _chmax(G)
 
 def _tail_source(VDP, Dv, D, CAP):

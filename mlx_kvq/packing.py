@@ -297,11 +297,11 @@ def _fresh(path):
     except FileNotFoundError: return False
     except OSError: return os.path.exists(path)   # a folder shared read-only: the body is read as it is
 
-def _prune(folder, keep_days=None):
-    """Remove the kernel bodies (`body_*.cuh`, and temporaries of interrupted writes) in `folder` unused for `keep_days`
-    (default KEEP_DAYS): each new mlx_kvq version or kernel setting writes its own, and nothing else would remove the old
-    ones. Names not written by `_included` are left alone; a file that cannot be removed is skipped"""
-    limit = time.time() - 86400 * (KEEP_DAYS if keep_days is None else keep_days)
+def _prune(folder):
+    """Remove the kernel bodies (`body_*.cuh`, and temporaries of interrupted writes) in `folder` unused for KEEP_DAYS:
+    each new mlx_kvq version or kernel setting writes its own, and nothing else would remove the old ones. Names not
+    written by `_included` are left alone; a file that cannot be removed is skipped"""
+    limit = time.time() - 86400 * KEEP_DAYS
     try: names = os.listdir(folder)
     except OSError: return
     for nm in names:

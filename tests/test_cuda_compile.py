@@ -46,7 +46,7 @@ def test_staged_kernel_of_16_heads_compiles():
     """16 query heads per KV head at head dim 128 (the SIMT kernel, whose score buffer is the smallest: 256 floats per
     head): the staged tokens' weights and merge coefficients fit beside the fold's outputs, so a stage of 32 folds"""
     kp, vp = side_plan(TurboCodec(4), 128), side_plan(TurboCodec(4, seed=1), 128)
-    assert AK._fold_ok(64, 16, 128, (128, 32), 128) and not AK._fold_ok(128, 16, 128, (128, 32), 128)
+    assert AK._fold_ok(64, 16, 128, 32) and not AK._fold_ok(128, 16, 128, 32)
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, 16, True, tail=(128, 32))
     assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 

@@ -203,6 +203,7 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
     mid-word) in the lean loops: two-launch with a mask and short chunks, and folded with each block's chunks merged
     into one partial (BMERGE), against the blockwise reference"""
     monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # several chunks, LPCH per block
+    ch = AK.CH_MAX
     for D, G, n in ((96, 2, 300), (256, 4, 500)):
         kc, vc = E.calibrated_pair(D); kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
         monkeypatch.setattr(AK, 'LEAN_ANY', False)
@@ -213,7 +214,7 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
         monkeypatch.setattr(AK, 'CH_MAX', 128)
         assert 'lean' in AK._decode_source(kp, vp, G, 'cuda')
         assert E.check(kc, vc, 1, 2, G, D, n, True) <= E.tolerance(kc, vc, G, D), (D, 'masked')
-        monkeypatch.setattr(AK, 'CH_MAX', 1024)
+        monkeypatch.setattr(AK, 'CH_MAX', ch)
 
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
