@@ -76,7 +76,7 @@ def prefill(scheme, B, Hkv, G, D, n0, Lq, dtype, seed=0):
 def main():
     p = argparse.ArgumentParser(); p.add_argument("--out", default=None)
     p.add_argument("--steps", type=int, default=4, help="decode steps per configuration (with CodecKVCache.stage=S set by KVQ_KNOBS, more than S cross a stage's quantization)")
-    p.add_argument("--schemes", nargs="+", default=None, help=f"only these cache schemes' decode steps, no prefill rows (of {list(CACHES)})")
+    p.add_argument("--schemes", nargs="+", default=None, choices=list(CACHES), help="only these cache schemes' decode steps, no prefill rows")
     a = p.parse_args()
     rows = []
     print(f"check_decode_steps: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
