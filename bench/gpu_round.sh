@@ -28,6 +28,7 @@
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
+#       prefillprof (bench/prefill_profile.py: a 16K prompt in 2048-token chunks, ms per chunk, and one layer's update / attention pieces at a 14K past: about 3 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -147,6 +148,7 @@ case $part in
   leanany) mkdir -p "$O/steps" "$O/gemma"   # the calibrated codecs in the lean loops (LEAN_ANY, off): their decode steps with it on against the reference (each new kernel ~20 s of NVRTC), then Gemma's shape without and with, alternating, two rounds (about 9 min; the 2026-11-28 run had 100 s for the steps: 1 of 5 done)
          KVQ_KNOBS="LEAN_ANY=True" timeout 280 python3 bench/check_decode_steps.py --schemes "calibrated 4o5" --out "$O/steps" > "$O/steps/run.log" 2>&1; tail -1 "$O/steps/run.log"
          for i in 1 2; do for k in "LEAN_ANY=False" "LEAN_ANY=True"; do KVQ_KNOBS="$k" timeout 65 python3 bench/check_fused_cuda.py --quick --only gemma --contexts 32768,131072 --out "$O/gemma" > "$O/gemma/${k#*=}_$i.log" 2>&1; echo "$k ($i)"; grep -v "^#" "$O/gemma/${k#*=}_$i.log" | tail -3; done; done ;;
+  prefillprof) timeout 400 python3 bench/prefill_profile.py --kv fp16 affine:4 affine:8,4 turbo:4 turbo:3 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel, rotate_rows, decode_rotated_storage
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -279,9 +279,12 @@ def _decoded_bytes(keys, values, D, dtype):
 def _rotated_past(side, dtype):
     "A turbo side's every token in its codec's rotated space: exact segments rotated (few tokens), stored codes decoded without the inverse rotation"
     rot, xs = side.codec.rotation, []
-    if side.head is not None and side.head.shape[-2]: xs.append(rot.forward(side.head).astype(dtype))
-    if side.n_quantized: xs.append(side.codec.decode_rotated(side.parts, dtype))
-    if side.tail is not None and side.tail.shape[-2]: xs.append(rot.forward(side.tail).astype(dtype))
+    if side.head is not None and side.head.shape[-2]: xs.append(rotate_rows(side.head, rot).astype(dtype))
+    if side.n_quantized:
+        if side._n is not None and len(side.storage) == 2:   # the storage read in place, decoded to `dtype` (one launch on CUDA)
+            xs.append(decode_rotated_storage(*side.storage, side._n, side.codec.codebook, side.codec.dim, dtype))
+        else: xs.append(side.codec.decode_rotated(side.parts, dtype))
+    if side.tail is not None and side.tail.shape[-2]: xs.append(rotate_rows(side.tail, rot).astype(dtype))
     return xs[0] if len(xs) == 1 else mx.concatenate(xs, axis=-2)
 
 def _prefill_sdpa(queries, keys, values, scale, mask, sinks):
@@ -289,10 +292,10 @@ def _prefill_sdpa(queries, keys, values, scale, mask, sinks):
     Turbo sides stay in their rotated spaces (queries rotated by the keys' rotation, the output rotated back by the
     values'): scores and weighted sums are the same, and the past is never rotated back token by token."""
     if type(keys.codec) is TurboCodec and type(values.codec) is TurboCodec and keys.n_quantized:
-        q = keys.codec.rotation.forward(queries).astype(queries.dtype)
+        q = rotate_rows(queries, keys.codec.rotation)
         out = mx.fast.scaled_dot_product_attention(q, _rotated_past(keys, queries.dtype), _rotated_past(values, queries.dtype),
                                                    scale=scale, mask=mask, sinks=sinks)
-        return values.codec.rotation.inverse(out).astype(queries.dtype)
+        return rotate_rows(out, values.codec.rotation, inverse=True)
     k, v = keys.dequantize(queries.dtype), values.dequantize(queries.dtype)
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask, sinks=sinks)
 

@@ -20,7 +20,8 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
            'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
            'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
-           'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'check_fused']
+           'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage',
+           'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -658,6 +659,123 @@ def dequantize_unpack(words, norms, codebook, n):
     backend = kernel_backend()
     if backend is None or n > MAX_FUSED_DIM or words.size == 0: return dequantize_unpack_lut(words, norms, codebook, n)
     return _guard("d", backend)(words, norms, codebook, n)
+
+# %% ../nbs/02_packing.ipynb #5c7e1a90
+# Prefill on CUDA (several query tokens over a turbo past): the queries, the output and the past in the model's dtype,
+# each in one launch. MLX's own route was float32 intermediates and a Hadamard kernel of 4 threads per 64-dim row
+# (H200, one layer of 2048 queries: 0.19 ms per rotation; `bench/prefill_profile.py`).
+_R_CUDA = r"""
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const size_t row = (size_t)blockIdx.x * WARPS + warp;
+    if (row >= (size_t)meta[0]) return;
+    const auto* xr = x + row * N;
+    float v[E];
+    for (int e = 0; e < E; ++e) v[e] = INV ? (float)xr[lane * E + e] : (float)xr[lane * E + e] * signs[lane * E + e];
+    for (int h = 1; h < E; h <<= 1)
+        for (int e = 0; e < E; ++e)
+            if (!(e & h)) { float a = v[e], b = v[e + h]; v[e] = a + b; v[e + h] = a - b; }
+    for (int m = 1; m < 32; m <<= 1)
+        for (int e = 0; e < E; ++e) {
+            float o = __shfl_xor_sync(0xffffffffu, v[e], m);
+            v[e] = (lane & m) ? (o - v[e]) : (v[e] + o);
+        }
+    const float scale = 1.0f / sqrtf((float)N);
+    for (int e = 0; e < E; ++e) {
+        const float y = INV ? v[e] * scale * signs[lane * E + e] : v[e] * scale;
+        out[row * N + lane * E + e] = static_cast<T>(y);
+    }
+"""
+
+# the stored codes of n tokens per head decoded in the rotated space (norm * centroid[code]) to the model's dtype, read
+# from the cache's storage (capacity meta[2] tokens per head): no slice of it copied first
+_DT_CUDA = r"""
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)meta[0] * N) return;
+    const unsigned int r = (unsigned int)(idx / N);
+    const int i = (int)(idx - (size_t)r * N);
+    const unsigned int bh = r / (unsigned int)meta[1], t = r - bh * (unsigned int)meta[1];
+    const size_t row = (size_t)bh * meta[2] + t;
+    const int p = i * BITS, w = p >> 5, s = p & 31;
+    const unsigned int* wr = words + row * W;
+    unsigned int val = wr[w] >> s;
+    if (s + BITS > 32) val |= wr[w + 1] << (32 - s);
+    out[idx] = static_cast<T>((float)norms[row] * cent[val & ((1u << BITS) - 1u)]);
+"""
+
+_PKERNELS = {}
+def _prefill_kernel(op):
+    if op not in _PKERNELS:
+        ins = ["x", "signs", "meta"] if op == "r" else ["words", "norms", "cent", "meta"]
+        _PKERNELS[op] = make_kernel("cuda", f"mlx_kvq_{dict(r='rotate_rows', dt='decode_rotated')[op]}", ins, ["out"],
+                                    _R_CUDA if op == "r" else _DT_CUDA)
+    return _PKERNELS[op]
+
+def _rot_reference(x, rotation, inverse): return (rotation.inverse(x) if inverse else rotation.forward(x)).astype(x.dtype)
+def _rot_class(x, rotation, inverse): return (x.shape[-1], str(x.dtype), rotation.dim, rotation.seed, rotation.path, bool(inverse))
+
+def _close_in_dtype(out, ref):
+    "None if `out` equals `ref` up to the rounding of their dtype (both rounded from float32 sums of another order), else why"
+    if out.shape != ref.shape or out.dtype != ref.dtype: return f"returned {out.shape} {out.dtype} instead of {ref.shape} {ref.dtype}"
+    tol = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}.get(ref.dtype, 1e-5)
+    a, b = out.astype(mx.float32), ref.astype(mx.float32)
+    err, top = mx.abs(a - b).max().item(), mx.abs(b).max().item()
+    return None if err <= tol * top + 1e-30 else f"disagrees with the reference (max error {err:.3g}, scale {top:.3g})"
+
+def _fused_rotate(x, rotation, inverse):
+    n = x.shape[-1]; rows = x.size // n
+    (out,) = _prefill_kernel("r")(inputs=[x.reshape(rows, n), _signs_of(rotation), _rows(rows)],
+                                  template=[("N", n), ("E", n // 32), ("INV", bool(inverse)), ("WARPS", _WARPS), ("T", x.dtype)],
+                                  grid=(-(-rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+                                  output_shapes=[(rows, n)], output_dtypes=[x.dtype])
+    return out.reshape(x.shape)
+
+_RGUARDS = {}
+def rotate_rows(x, rotation, inverse=False):
+    """`rotation.forward(x)` (or `inverse`) in x's own dtype, float32 inside: on CUDA, where the rotation is one sign-flipped
+    Walsh-Hadamard block of 32..1024 dims, one launch (a warp per row; verified on first use like the other kernels);
+    elsewhere the rotation's float32 route and a cast"""
+    if (kernel_backend() != "cuda" or not _pairs(rotation, x.shape[-1]) or x.size == 0
+            or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)): return _rot_reference(x, rotation, inverse)
+    if "cuda" not in _RGUARDS:
+        _RGUARDS["cuda"] = GuardedKernel("cuda rotate_rows", _fused_rotate, _rot_reference, _rot_class,
+                                         lambda out, ref, *a: _close_in_dtype(out, ref))
+    return _RGUARDS["cuda"](x, rotation, bool(inverse))
+
+def _dt_reference(words, norms, n, codebook, dim, dtype):
+    return dequantize_unpack_ref(words[..., :n, :], norms[..., :n, :], codebook, dim).astype(dtype)
+def _dt_class(words, norms, n, codebook, dim, dtype): return (dim, codebook.bits, codebook.d, str(norms.dtype), str(dtype))
+
+def _fused_decode_rotated(words, norms, n, codebook, dim, dtype):
+    B, H, cap, W = words.shape; rows = B * H * n
+    meta = _meta3(rows, n, cap)
+    (out,) = _prefill_kernel("dt")(inputs=[words, norms, _scaled(codebook, dim, 'centroids'), meta],
+                                   template=[("N", dim), ("BITS", codebook.bits), ("W", W), ("T", dtype)],
+                                   grid=(rows * dim, 1, 1), threadgroup=(256, 1, 1),
+                                   output_shapes=[(B, H, n, dim)], output_dtypes=[dtype])
+    return out
+
+_META3 = {}
+def _meta3(rows, n, cap):
+    "The decode launch's (rows, tokens, capacity) as a device constant (an array of host values is read by the GPU across the bus)"
+    key = (rows, n, cap)
+    if key not in _META3:
+        if len(_META3) > 1024: _META3.clear()    # prefill chunks of many lengths: keep it bounded
+        _META3[key] = device_constant(np.array([rows, n, cap], np.int32))
+    return _META3[key]
+
+_DTGUARDS = {}
+def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
+    """The first `n` tokens of a turbo side's storage (words (B, H, capacity, W), norms (B, H, capacity, 1)) in the rotated
+    space, in `dtype`: `dequantize_unpack` of the slices, cast. On CUDA one launch that reads the storage in place
+    (verified on first use); elsewhere the slices decoded and cast"""
+    if (kernel_backend() != "cuda" or words.ndim != 4 or n < 1 or dim > MAX_FUSED_DIM
+            or dtype not in (mx.float32, mx.float16, mx.bfloat16) or words.shape[0] * words.shape[1] * n * dim >= 2 ** 31):
+        return dequantize_unpack(words[..., :n, :], norms[..., :n, :], codebook, dim).astype(dtype)
+    if "cuda" not in _DTGUARDS:
+        _DTGUARDS["cuda"] = GuardedKernel("cuda decode_rotated", _fused_decode_rotated, _dt_reference, _dt_class,
+                                          lambda out, ref, *a: _close_in_dtype(out, ref))
+    return _DTGUARDS["cuda"](words, norms, n, codebook, dim, dtype)
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):

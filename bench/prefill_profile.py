@@ -1,0 +1,132 @@
+"""Where a chunked prefill's time goes on a GPU, per cache scheme: the whole prompt chunk by chunk, and one layer's
+pieces at a given past (the cache's update of a chunk, its attention, and the attention's parts).
+
+    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--kv fp16 affine:4 turbo:4] [--repeats 9] [--out DIR]
+
+1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
+   (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope.
+2. One layer (8 KV / 32 query heads, head dim 64, float16), past = tokens - chunk quantized tokens, a new chunk: ms of
+   `update_and_fetch` of the chunk (trimmed back after each), of the attention over what it returned, and of the
+   attention's parts: the past decoded (`_rotated_past` for turbo, `dequantize` otherwise), the queries' and output's
+   rotations (turbo, `rotate_rows`), `mx.fast.scaled_dot_product_attention` over the decoded past. Medians of --repeats, each piece
+   evaluated alone (inputs evaluated first)."""
+import argparse, json, os, platform, statistics as st, sys, time
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mlx_kvq import make_prompt_cache
+from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme
+from mlx_kvq.integrate import install
+from mlx_kvq import attention as A
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.packing import rotate_rows
+from mlx_lm.models.cache import KVCache
+
+
+def timed(fn, repeats):
+    "Median ms of fn() evaluated (after one untimed call)"
+    mx.eval(fn()); mx.synchronize()
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter(); mx.eval(fn()); mx.synchronize(); ts.append(1e3 * (time.perf_counter() - t))
+    return st.median(ts)
+
+
+def whole(model, kv, T, C):
+    prompt = mx.random.randint(0, 1000, (1, T))
+    warm = make_prompt_cache(model, kv=kv)
+    for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
+    del warm; mx.clear_cache(); mx.reset_peak_memory()
+    cache = make_prompt_cache(model, kv=kv)
+    per = []
+    for s in range(0, T, C):
+        t = time.perf_counter()
+        y = model(prompt[:, s:s + C], cache=cache); mx.eval(y, [c.state for c in cache]); mx.synchronize()
+        per.append(1e3 * (time.perf_counter() - t))
+    return per, mx.get_peak_memory() / 1e9
+
+
+def layer(model, kv, P, C, repeats):
+    c = KVCache() if kv == 'fp16' else bench_caches(model, _bench_scheme(kv))[0]
+    mx.random.seed(1)
+    for s in range(0, P, 4096):
+        n = min(4096, P - s)
+        c.update_and_fetch(mx.random.normal((1, 8, n, 64)).astype(mx.float16), mx.random.normal((1, 8, n, 64)).astype(mx.float16))
+        mx.eval([x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)])
+    k, v = (mx.random.normal((1, 8, C, 64)).astype(mx.float16) for _ in range(2))
+    q = mx.random.normal((1, 32, C, 64)).astype(mx.float16); mx.eval(k, v, q)
+    scale = 0.125
+    res = {}
+    def upd():
+        ks, vs = c.update_and_fetch(k, v)
+        out = [x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)]
+        mx.eval(out); c.trim(C)
+        return out[:1]
+    res['update'] = timed(upd, repeats)
+    ks, vs = c.update_and_fetch(k, v)
+    mx.eval([x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)])
+    if kv == 'fp16':
+        res['attend'] = timed(lambda: mx.fast.scaled_dot_product_attention(q, ks, vs, scale=scale, mask='causal'), repeats)
+        return res
+    res['attend'] = timed(lambda: c.attend(q, ks, vs, scale=scale, mask='causal'), repeats)
+    if type(ks.codec) is TurboCodec:
+        res['past keys'] = timed(lambda: A._rotated_past(ks, mx.float16), repeats)
+        res['past values'] = timed(lambda: A._rotated_past(vs, mx.float16), repeats)
+        res['rotate q'] = timed(lambda: rotate_rows(q, ks.codec.rotation), repeats)
+        kd, vd = A._rotated_past(ks, mx.float16), A._rotated_past(vs, mx.float16)
+    else:
+        res['past keys'] = timed(lambda: ks.dequantize(mx.float16), repeats)
+        res['past values'] = timed(lambda: vs.dequantize(mx.float16), repeats)
+        kd, vd = ks.dequantize(mx.float16), vs.dequantize(mx.float16)
+    mx.eval(kd, vd)
+    res['sdpa over decoded'] = timed(lambda: mx.fast.scaled_dot_product_attention(q, kd, vd, scale=scale, mask='causal'), repeats)
+    if type(vs.codec) is TurboCodec:
+        o = mx.fast.scaled_dot_product_attention(q, kd, vd, scale=scale, mask='causal'); mx.eval(o)
+        res['rotate out'] = timed(lambda: rotate_rows(o, vs.codec.rotation, inverse=True), repeats)
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--tokens', type=int, default=16384)
+    p.add_argument('--chunk', type=int, default=2048)
+    p.add_argument('--kv', nargs='+', default=['fp16', 'affine:4', 'turbo:4'])
+    p.add_argument('--repeats', type=int, default=9)
+    p.add_argument('--skip-whole', action='store_true')
+    p.add_argument('--out')
+    a = p.parse_args()
+    install()
+    model = shape_model('llama-3.2-1b', mx.float16)
+    head = (f"# prefill profile: llama-3.2-1b shape (random weights, float16), {a.tokens} tokens in chunks of {a.chunk}; "
+            f"{platform.system()} {platform.machine()}, MLX {mx.__version__}, {mx.default_device()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    lines, rec = [head], {}
+    if not a.skip_whole:
+        lines.append("\n## Whole model, ms per chunk (timed pass after a warm one)\n")
+        lines.append("| scheme | " + " | ".join(f"chunk {i}" for i in range(a.tokens // a.chunk)) + " | total ms | tokens/s | vs fp16 | peak GB |")
+        lines.append("| --- |" + " ---: |" * (a.tokens // a.chunk + 4))
+        base = None
+        for kv in a.kv:
+            per, peak = whole(model, kv, a.tokens, a.chunk)
+            tot = sum(per); tps = a.tokens / tot * 1e3; base = base or tps
+            rec[f'whole {kv}'] = dict(per_chunk_ms=per, peak_gb=peak, tps=tps)
+            lines.append(f"| {kv} | " + " | ".join(f"{x:.1f}" for x in per) + f" | {tot:.1f} | {tps:,.0f} | {tps / base:.2f}x | {peak:.2f} |")
+            print(lines[-1], flush=True)
+    P = a.tokens - a.chunk
+    lines.append(f"\n## One layer, past {P} tokens + a chunk of {a.chunk}: ms (median of {a.repeats})\n")
+    rows = {kv: layer(model, kv, P, a.chunk, a.repeats) for kv in a.kv}
+    names = list(dict.fromkeys(n for r in rows.values() for n in r))
+    lines.append("| piece | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
+    for n in names: lines.append(f"| {n} | " + " | ".join('-' if n not in rows[kv] else f"{rows[kv][n]:.3f}" for kv in a.kv) + " |")
+    rec['layer'] = rows
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        Path(a.out, 'prefill_profile.md').write_text(text + "\n")
+        Path(a.out, 'prefill_profile.json').write_text(json.dumps(rec, indent=1))
+
+
+if __name__ == '__main__': main()

@@ -1,0 +1,123 @@
+"""The prefill kernels of a turbo past (`packing.rotate_rows`, `packing.decode_rotated_storage`) run through their host
+code with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py), against the float32 route they
+replace; and compiled by NVRTC for sm_90 where NVIDIA's wheels are installed (test_cuda_compile.py's tools)."""
+import os, sys, warnings
+from pathlib import Path
+import numpy as np
+import pytest
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_emulator as E
+from mlx_kvq import packing as P
+from mlx_kvq.rotation import get_rotation
+from mlx_kvq.turbo_codec import TurboCodec
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    "The CUDA code path with the emulated kernels, fresh guards and kernels (nothing verified yet)"
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
+    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
+    monkeypatch.setattr(P, 'INCLUDE', False)
+    monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
+
+
+@pytest.mark.parametrize('dim', [64, 128, 256])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_rotate_rows_matches_the_rotation(emulated, dim, dtype):
+    rot = get_rotation(dim, 3)
+    x = (mx.random.normal((1, 3, 5, dim), key=mx.random.key(dim)) * 2).astype(dtype)
+    for inverse in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')       # a refusal by the first-use check would warn
+            got = P.rotate_rows(x, rot, inverse)
+        ref = (rot.inverse(x) if inverse else rot.forward(x))
+        assert got.dtype == dtype and got.shape == x.shape
+        assert P._RGUARDS['cuda'].state[P._rot_class(x, rot, inverse)] is True    # the kernel served it, verified
+        err = mx.abs(got.astype(mx.float32) - ref).max().item()
+        assert err <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
+    back = P.rotate_rows(P.rotate_rows(x, rot), rot, inverse=True)     # the inverse undoes the rotation
+    assert mx.abs(back.astype(mx.float32) - x.astype(mx.float32)).max().item() <= (1e-5 if dtype == mx.float32 else 4e-3) * mx.abs(x).max().item()
+
+
+def test_a_wrong_rotation_kernel_is_refused(emulated, monkeypatch):
+    "Not vacuous: the kernel without its sign flips disagrees with the rotation and the first-use check falls back"
+    monkeypatch.setattr(P, '_R_CUDA', P._R_CUDA.replace('* signs[lane * E + e];\n    for (int h', ';\n    for (int h'))
+    rot = get_rotation(128, 0); x = mx.random.normal((4, 128), key=mx.random.key(1))
+    with pytest.warns(RuntimeWarning, match='rotate_rows'):
+        got = P.rotate_rows(x, rot)
+    assert P._RGUARDS['cuda'].state[P._rot_class(x, rot, False)] is False
+    assert mx.allclose(got, rot.forward(x), atol=1e-6)     # the reference was returned
+
+
+@pytest.mark.parametrize('bits,dim', [(4, 64), (3, 128), (2, 96)])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_decode_rotated_storage_reads_the_held_tokens(emulated, bits, dim, dtype):
+    "Storage of capacity 12 holding 7 tokens per head: the kernel decodes exactly those, as the slices' reference does"
+    c = TurboCodec(bits); c.check_dim(dim)
+    x = mx.random.normal((2, 3, 12, dim), key=mx.random.key(bits))
+    words, norms = P.quantize_pack_ref(x, c.rotation, c.codebook)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = P.decode_rotated_storage(words, norms, 7, c.codebook, dim, dtype)
+    ref = P.dequantize_unpack_ref(words[..., :7, :], norms[..., :7, :], c.codebook, dim)
+    assert got.shape == (2, 3, 7, dim) and got.dtype == dtype
+    assert P._DTGUARDS['cuda'].state[P._dt_class(words, norms, 7, c.codebook, dim, dtype)] is True
+    assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-6 if dtype == mx.float32 else 1e-3) * mx.abs(ref).max().item()
+    other = P.decode_rotated_storage(words, norms, 12, c.codebook, dim, dtype)     # all 12: the last 5 rows are there too
+    assert mx.abs(other[..., 7:, :].astype(mx.float32) - P.dequantize_unpack_ref(words[..., 7:, :], norms[..., 7:, :], c.codebook, dim)).max().item() \
+        <= (1e-6 if dtype == mx.float32 else 1e-3) * mx.abs(ref).max().item()
+
+
+def test_decode_rotated_storage_off_cuda_is_the_slices(monkeypatch):
+    "Without CUDA (this machine's default): the slices decoded by `dequantize_unpack` and cast"
+    c = TurboCodec(4); c.check_dim(64)
+    words, norms = P.quantize_pack_ref(mx.random.normal((1, 2, 9, 64), key=mx.random.key(0)), c.rotation, c.codebook)
+    got = P.decode_rotated_storage(words, norms, 5, c.codebook, 64, mx.float16)
+    assert got.dtype == mx.float16 and mx.array_equal(got, P.dequantize_unpack(words[..., :5, :], norms[..., :5, :], c.codebook, 64).astype(mx.float16))
+
+
+def _ptxas():
+    try:
+        import nvidia
+        root = list(nvidia.__path__)[0]
+        return os.path.exists(os.path.join(root, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12')) and os.path.exists(os.path.join(root, 'cuda_nvcc', 'bin', 'ptxas'))
+    except ImportError: return False
+
+@pytest.mark.skipif(not _ptxas(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
+@pytest.mark.parametrize('ty', ['__half', '__nv_bfloat16', 'float'])
+def test_prefill_kernels_compile(ty):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
+    import cuda_registers as CR
+    head = f"constexpr int N = 128;\nconstexpr int E = 4;\nconstexpr bool INV = true;\nconstexpr int WARPS = 4;\nusing T = {ty};\n"
+    regs, spill, _ = CR.compile_ptxas('r', CR.wrap('r', head + P._R_CUDA, [('x', ty), ('signs', 'float'), ('meta', 'int32_t')], [('out', ty)]), 'sm_90')
+    assert 0 < regs <= 255 and spill == 0
+    head = f"constexpr int N = 128;\nconstexpr int BITS = 3;\nconstexpr int W = 12;\nusing T = {ty};\n"
+    regs, spill, _ = CR.compile_ptxas('d', CR.wrap('d', head + P._DT_CUDA, [('words', 'uint32_t'), ('norms', '__half'), ('cent', 'float'), ('meta', 'int32_t')], [('out', ty)]), 'sm_90')
+    assert 0 < regs <= 255 and spill == 0
+
+
+@pytest.mark.parametrize('kv', ['turbo:4', 'turbo:3,2'])
+def test_prefill_attention_over_a_turbo_past(emulated, monkeypatch, kv):
+    """A chunk of queries over a turbo cache's past by the CUDA prefill route (queries rotated, the past decoded from the
+    storage to float16, fused SDPA, output rotated back; the kernels emulated) agrees with `codec_attention`"""
+    from mlx_kvq import attention as A
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.codecs import codec_attention
+    monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
+    kb, _, vb = kv.split(':')[1].partition(',')
+    cache = CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1))
+    k0, v0 = mx.random.normal((1, 2, 40, 64), key=mx.random.key(1)), mx.random.normal((1, 2, 40, 64), key=mx.random.key(2))
+    cache.update_and_fetch(k0.astype(mx.float16), v0.astype(mx.float16))
+    k1, v1 = mx.random.normal((1, 2, 8, 64), key=mx.random.key(3)), mx.random.normal((1, 2, 8, 64), key=mx.random.key(4))
+    ks, vs = cache.update_and_fetch(k1.astype(mx.float16), v1.astype(mx.float16))
+    assert ks.storage[0].shape[-2] > ks.n_quantized      # the storage holds more than the tokens (capacity grown in steps)
+    q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = A._prefill_sdpa(q, ks, vs, 0.125, 'causal', None)
+    assert P._DTGUARDS['cuda'].state and all(P._DTGUARDS['cuda'].state.values()) and all(P._RGUARDS['cuda'].state.values())
+    ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
+    err = mx.abs(got.astype(mx.float32) - ref).max().item()
+    assert got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
