@@ -81,16 +81,20 @@ class CodecKVCache(_BaseCache):
         kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)
         n, prev = keys.shape[-2], self.n_quantized
         cap = 0 if self.keys is None else self.keys[0].shape[-2]
-        if prev + n > cap:
+        if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step (one concatenation)
             grow = ((prev + n + self.step - 1) // self.step) * self.step - prev
-            def expand(parts, new):
-                blank = tuple(mx.zeros((*p.shape[:-2], grow, p.shape[-1]), dtype=p.dtype) for p in new)
-                if parts is None: return blank
-                return tuple(mx.concatenate([p[..., :prev, :], b], axis=-2) for p, b in zip(parts, blank))
-            self.keys, self.values = expand(self.keys, kp), expand(self.values, vp)
-        for parts, new in ((self.keys, kp), (self.values, vp)):
-            nd = new[0].ndim; at = (slice(None),) * (nd - 2) + (slice(prev, prev + n),)   # the token axis (-2), no Ellipsis for MLX to expand
-            for p, x in zip(parts, new): p[at if x.ndim == nd else (Ellipsis, slice(prev, prev + n), slice(None))] = x
+            def grown(parts, new):
+                out = []
+                for i, x in enumerate(new):
+                    pieces = ([parts[i][..., :prev, :]] if parts is not None and prev else []) + [x]
+                    if grow > n: pieces.append(mx.zeros((*x.shape[:-2], grow - n, x.shape[-1]), dtype=x.dtype))
+                    out.append(pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-2))
+                return tuple(out)
+            self.keys, self.values = grown(self.keys, kp), grown(self.values, vp)
+        else:
+            for parts, new in ((self.keys, kp), (self.values, vp)):
+                nd = new[0].ndim; at = (slice(None),) * (nd - 2) + (slice(prev, prev + n),)   # the token axis (-2), no Ellipsis for MLX to expand
+                for p, x in zip(parts, new): p[at if x.ndim == nd else (Ellipsis, slice(prev, prev + n), slice(None))] = x
         self.n_quantized = prev + n
 
     def update_and_fetch(self, keys, values):
