@@ -6,7 +6,8 @@ pieces at a given past (the cache's update of a chunk, its attention, and the at
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
    (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope.
 2. One layer (8 KV / 32 query heads, head dim 64, float16), past = tokens - chunk quantized tokens, a new chunk: ms of
-   `update_and_fetch` of the chunk (trimmed back after each), of the attention over what it returned, and of the
+   `update_and_fetch` of the chunk (trimmed back after each; 'growing': the storage cut to the past first, as a prefill
+   chunk finds it), its encode alone (and of transposed inputs, as a model's values come), of the attention over what it returned, and of the
    attention's parts: the past decoded (`_rotated_past` for turbo, `dequantize` otherwise), the queries' and output's
    rotations (turbo, `rotate_rows`), `mx.fast.scaled_dot_product_attention` over the decoded past. Medians of --repeats, each piece
    evaluated alone (inputs evaluated first)."""
@@ -65,6 +66,17 @@ def layer(model, kv, P, C, repeats):
         mx.eval(out); c.trim(C)
         return out[:1]
     res['update'] = timed(upd, repeats)
+    if kv != 'fp16':
+        def grows():   # as a prefill chunk: the storage holds exactly the past, so the update grows it
+            c.keys, c.values = (tuple(p[..., :P, :] for p in c.keys), tuple(p[..., :P, :] for p in c.values))
+            return upd()
+        res['update, growing'] = timed(grows, repeats)
+        res['encode'] = timed(lambda: c.k_codec.encode_pair(c.v_codec, k, v), repeats)
+        kt, vt = (mx.random.normal((1, C, 8, 64)).astype(mx.float16).transpose(0, 2, 1, 3) for _ in range(2))
+        mx.eval(kt, vt)
+        res['encode, transposed inputs'] = timed(lambda: c.k_codec.encode_pair(c.v_codec, kt, vt), repeats)
+        res['concatenate storage'] = timed(lambda: [mx.concatenate([p[..., :P, :], x], axis=-2) for p, x in
+                                                   zip(c.keys + c.values, c.k_codec.encode_pair(c.v_codec, k, v)[0] + c.k_codec.encode_pair(c.v_codec, k, v)[1])], repeats)
     ks, vs = c.update_and_fetch(k, v)
     mx.eval([x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)])
     if kv == 'fp16':
