@@ -163,3 +163,19 @@ class CodecMachine(RuleBasedStateMachine):
 def test_codec_cache_contract(family, request):
     M = type(f'Machine_{family}', (CodecMachine,), dict(family=family))
     run_state_machine_as_test(M, settings=machine_settings(request.config))
+
+
+def test_the_usual_update_takes_the_short_check():
+    """`contract._update_fits` (the few comparisons a decode step's update passes, instead of every check): it accepts a
+    well-formed token for the cache, and turns away each malformed one, which then meets `check_update`'s full checks"""
+    from mlx_kvq import contract as C
+    c = TurboQuantKVCache(4)
+    c.update_and_fetch(mx.zeros((2, 3, 5, 32)), mx.zeros((2, 3, 5, 32)))
+    k = v = mx.zeros((2, 3, 1, 32))
+    assert C._update_fits(c, k, v)
+    for bad_k, bad_v in ((mx.zeros((2, 3, 1, 16)), v), (mx.zeros((1, 3, 1, 32)), mx.zeros((1, 3, 1, 32))), (k, mx.zeros((2, 3, 2, 32))),
+                         (mx.zeros((2, 3, 1, 32), dtype=mx.int32), v), (mx.zeros((2, 2, 1, 32)), mx.zeros((2, 2, 1, 32))), (k[0], v[0])):
+        assert not C._update_fits(c, bad_k, bad_v)
+        with pytest.raises(Exception):
+            C.check_update(c, bad_k, bad_v)
+    assert not C._update_fits(TurboQuantKVCache(4), k, v)     # a cache that holds nothing yet: the full check learns its dims
