@@ -21,7 +21,7 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
            'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
            'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage',
-           'grow_storage', 'check_fused']
+           'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -776,67 +776,6 @@ def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
         _DTGUARDS["cuda"] = GuardedKernel("cuda decode_rotated", _fused_decode_rotated, _dt_reference, _dt_class,
                                           lambda out, ref, *a: _close_in_dtype(out, ref))
     return _DTGUARDS["cuda"](words, norms, n, codebook, dim, dtype)
-
-# %% ../nbs/02_packing.ipynb #6a1f2c44
-def _grow_source(k):
-    "A kernel body writing k grown storage parts: each row the held one (t < prev), the new one (t < prev + n), else zeros"
-    body = ["    const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;",
-            "    const size_t BH = meta[0], prev = meta[1], n = meta[2], cap = meta[3], ocap = meta[4];"]
-    for p in range(k):
-        body.append(f"""    for (size_t i = gid; i < BH * cap * L{p}; i += stride) {{
-        const size_t c = i % L{p}, r = i / L{p}, t = r % cap, bh = r / cap;
-        g{p}[i] = t < prev ? o{p}[(bh * ocap + t) * L{p} + c] : t < prev + n ? x{p}[(bh * n + (t - prev)) * L{p} + c] : static_cast<T{p}>(0.0f);
-    }}""")
-    return "\n".join(body) + "\n"
-
-_GKERNELS, _GMETA = {}, {}
-def _grow_reference(old, new, prev, grow):
-    out = []
-    for o, x in zip(old, new):
-        pieces = ([o[..., :prev, :]] if prev else []) + [x]
-        if grow > x.shape[-2]: pieces.append(mx.zeros((*x.shape[:-2], grow - x.shape[-2], x.shape[-1]), dtype=x.dtype))
-        out.append(pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-2))
-    return tuple(out)
-
-def _fused_grow(old, new, prev, grow):
-    k = len(new); x0 = new[0]; n = x0.shape[-2]; BH = math.prod(x0.shape[:-2]); cap = prev + grow
-    ocap = old[0].shape[-2] if prev else 0
-    if k not in _GKERNELS:
-        names = [f"o{p}" for p in range(k)] + [f"x{p}" for p in range(k)] + ["meta"]
-        _GKERNELS[k] = make_kernel("cuda", f"mlx_kvq_grow_storage_{k}", names, [f"g{p}" for p in range(k)], _grow_source(k))
-    key = (BH, prev, n, cap, ocap)
-    if key not in _GMETA:
-        if len(_GMETA) > 1024: _GMETA.clear()
-        _GMETA[key] = device_constant(np.array(key, np.int64).astype(np.int32))
-    total = sum(BH * cap * x.shape[-1] for x in new)
-    blocks = max(1, min(-(-total // 256), 4096))
-    return tuple(_GKERNELS[k](inputs=[*old, *new, _GMETA[key]],
-                              template=[(f"L{p}", x.shape[-1]) for p, x in enumerate(new)] + [(f"T{p}", x.dtype) for p, x in enumerate(new)],
-                              grid=(blocks * 256, 1, 1), threadgroup=(256, 1, 1),
-                              output_shapes=[(*x.shape[:-2], cap, x.shape[-1]) for x in new], output_dtypes=[x.dtype for x in new]))
-
-def _grow_class(old, new, prev, grow): return tuple((str(x.dtype), x.ndim, x.shape[-1]) for x in new), bool(prev)
-
-def _grow_agree(out, ref, *a):
-    if len(out) != len(ref): return f"returned {len(out)} parts instead of {len(ref)}"
-    for o, r in zip(out, ref):
-        if o.shape != r.shape or o.dtype != r.dtype: return f"returned {o.shape} {o.dtype} instead of {r.shape} {r.dtype}"
-        if not mx.array_equal(o, r).item(): return "copied something other than the held and new rows"
-    return None
-
-_GGUARDS = {}
-def grow_storage(old, new, prev, grow):
-    """A cache's storage parts grown for `new` tokens: per part, the first `prev` rows of `old` (token axis -2), the new
-    rows, zeros up to `prev + grow` rows. On CUDA one launch for every part of both sides (verified on first use against
-    the concatenations it replaces, which run elsewhere); `old` is ignored when `prev` is 0"""
-    old, new = (tuple(old) if prev else tuple(new)), tuple(new)
-    if (kernel_backend() != "cuda" or not new or any(x.ndim < 2 or x.dtype not in (mx.uint32, mx.int32, mx.float16, mx.bfloat16, mx.float32, mx.uint8) for x in new)
-            or (prev and any(o.shape[:-2] != x.shape[:-2] or o.shape[-1] != x.shape[-1] or o.dtype != x.dtype for o, x in zip(old, new)))
-            or len({x.shape[:-1] for x in new}) != 1 or sum(math.prod(x.shape[:-2]) * (prev + grow) * x.shape[-1] for x in new) >= 2 ** 31):
-        return _grow_reference(old, new, prev, grow)
-    if "cuda" not in _GGUARDS:
-        _GGUARDS["cuda"] = GuardedKernel("cuda grow_storage", _fused_grow, _grow_reference, _grow_class, _grow_agree)
-    return _GGUARDS["cuda"](old, new, prev, grow)
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):

@@ -15,7 +15,7 @@ from .contract import check_update, check_trim, check_codec_state, codecs_from, 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
 from .attention import attend   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
-from .packing import kernel_backend, grow_storage
+from .packing import kernel_backend
 
 # %% auto #0
 __all__ = ['FORMAT_VERSION', 'register_cache_class', 'reregister_cache_classes', 'CodecKVCache']
@@ -81,10 +81,16 @@ class CodecKVCache(_BaseCache):
         kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)
         n, prev = keys.shape[-2], self.n_quantized
         cap = 0 if self.keys is None else self.keys[0].shape[-2]
-        if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step (one launch on CUDA)
+        if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step (one concatenation)
             grow = ((prev + n + self.step - 1) // self.step) * self.step - prev
-            parts = grow_storage((*self.keys, *self.values) if prev else (), (*kp, *vp), prev, grow)
-            self.keys, self.values = parts[:len(kp)], parts[len(kp):]
+            def grown(parts, new):
+                out = []
+                for i, x in enumerate(new):
+                    pieces = ([parts[i][..., :prev, :]] if parts is not None and prev else []) + [x]
+                    if grow > n: pieces.append(mx.zeros((*x.shape[:-2], grow - n, x.shape[-1]), dtype=x.dtype))
+                    out.append(pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-2))
+                return tuple(out)
+            self.keys, self.values = grown(self.keys, kp), grown(self.values, vp)
         else:
             for parts, new in ((self.keys, kp), (self.values, vp)):
                 nd = new[0].ndim; at = (slice(None),) * (nd - 2) + (slice(prev, prev + n),)   # the token axis (-2), no Ellipsis for MLX to expand

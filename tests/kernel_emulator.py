@@ -129,7 +129,6 @@ struct kvq_dim3 { int x, y, z; };
 #define threadIdx (kvq_dim3{g_tid, 0, 0})
 #define blockIdx (kvq_dim3{g_bx, g_by, 0})
 #define blockDim (kvq_dim3{g_nt, 1, 1})
-#define gridDim (kvq_dim3{g_gx, 1, 1})
 #define __shared__ static
 #define __syncwarp() g_wbar[g_tid >> 5]->arrive_and_wait()
 #define __shfl_xor_sync(m, v, o) kvq_shfl((v), (o))

@@ -21,7 +21,6 @@ def emulated(monkeypatch):
     monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
     monkeypatch.setattr(P, 'INCLUDE', False)
     monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
-    monkeypatch.setattr(P, '_GKERNELS', {}); monkeypatch.setattr(P, '_GGUARDS', {})
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])
@@ -97,11 +96,6 @@ def test_prefill_kernels_compile(ty):
     head = f"constexpr int N = 128;\nconstexpr int BITS = 3;\nconstexpr int W = 12;\nusing T = {ty};\n"
     regs, spill, _ = CR.compile_ptxas('d', CR.wrap('d', head + P._DT_CUDA, [('words', 'uint32_t'), ('norms', '__half'), ('cent', 'float'), ('meta', 'int32_t')], [('out', ty)]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
-    tys = ['uint32_t', ty, 'uint32_t', ty]    # grow_storage of two sides' words and norms
-    head = "".join(f"constexpr int L{p} = {w};\n" for p, w in enumerate((8, 1, 6, 1))) + "".join(f"using T{p} = {t};\n" for p, t in enumerate(tys))
-    ins = [(f"o{p}", t) for p, t in enumerate(tys)] + [(f"x{p}", t) for p, t in enumerate(tys)] + [('meta', 'int32_t')]
-    regs, spill, _ = CR.compile_ptxas('g', CR.wrap('g', head + P._grow_source(4), ins, [(f"g{p}", t) for p, t in enumerate(tys)]), 'sm_90')
-    assert 0 < regs <= 255 and spill == 0
 
 
 @pytest.mark.parametrize('kv', ['turbo:4', 'turbo:3,2'])
@@ -127,52 +121,3 @@ def test_prefill_attention_over_a_turbo_past(emulated, monkeypatch, kv):
     ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
     err = mx.abs(got.astype(mx.float32) - ref).max().item()
     assert got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
-
-
-def _parts(B, H, n, seed):
-    "Storage-like parts of two sides: uint32 words (..., 8) and float16 norms (..., 1) per side"
-    mk = lambda i, w: mx.random.randint(0, 2 ** 31, (B, H, n, w), key=mx.random.key(seed + i)).astype(mx.uint32)
-    nm = lambda i: mx.random.normal((B, H, n, 1), key=mx.random.key(seed + i)).astype(mx.float16)
-    return (mk(0, 8), nm(1), mk(2, 6), nm(3))
-
-
-@pytest.mark.parametrize('prev,ocap,n,grow', [(0, 0, 5, 5), (0, 0, 5, 8), (7, 9, 5, 5), (7, 7, 3, 9)])
-def test_grow_storage_writes_held_new_and_zero_rows(emulated, prev, ocap, n, grow):
-    "Every part of both sides in one (emulated) launch equals the concatenations it replaces, zeros included"
-    old, new = _parts(2, 3, ocap, 10) if ocap else (), _parts(2, 3, n, 20)
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        got = P.grow_storage(old, new, prev, grow)
-    ref = P._grow_reference(old if prev else new, new, prev, grow)
-    assert P._GGUARDS['cuda'].state[P._grow_class(old, new, prev, grow)] is True
-    for g, r in zip(got, ref):
-        assert g.shape == (2, 3, prev + grow, r.shape[-1]) and g.dtype == r.dtype and mx.array_equal(g, r).item()
-
-
-def test_a_wrong_grow_kernel_is_refused(emulated, monkeypatch):
-    "Not vacuous: a kernel that leaves the rows past the new ones unwritten is refused (the emulator starts outputs as garbage)"
-    orig = P._grow_source
-    monkeypatch.setattr(P, '_grow_source', lambda k: orig(k).replace("i += stride) {", "i += stride) { if (i / L0 % cap >= prev + n) continue;"))
-    old, new = _parts(1, 2, 6, 30), _parts(1, 2, 2, 40)
-    with pytest.warns(RuntimeWarning, match='grow_storage'):
-        got = P.grow_storage(old, new, 6, 4)
-    assert all(mx.array_equal(g, r).item() for g, r in zip(got, P._grow_reference(old, new, 6, 4)))
-
-
-def test_cache_updates_grow_the_same_storage_with_the_kernel(emulated, monkeypatch):
-    "A turbo cache's updates (prefill chunks that grow it, decode tokens that do not) hold the same codes on both routes"
-    from mlx_kvq.qcache import CodecKVCache
-    from mlx_kvq import qcache as Q
-    chunks = [mx.random.normal((1, 2, n, 64), key=mx.random.key(n)) for n in (300, 1, 260, 1)]
-    def run():
-        c = CodecKVCache(TurboCodec(4), TurboCodec(3, seed=1))
-        for x in chunks: c.update_and_fetch(x, x * 0.5)
-        return c
-    with monkeypatch.context() as m:                 # grown by the concatenations
-        m.setattr(Q, 'grow_storage', lambda old, new, prev, grow: P._grow_reference(tuple(old) if prev else tuple(new), tuple(new), prev, grow))
-        ref = run()
-    assert not P._GGUARDS
-    got = run()                                      # by the (emulated) kernel
-    assert P._GGUARDS['cuda'].state and all(P._GGUARDS['cuda'].state.values())
-    for a, b in zip(got.keys + got.values, ref.keys + ref.values):
-        assert a.shape == b.shape and mx.array_equal(a, b).item()
