@@ -49,20 +49,26 @@ def whole(model, kv, T, C):
     return per, mx.get_peak_memory() / 1e9
 
 
+def arrays(c):
+    "The arrays of a cache's state (mlx-lm's KVCache: a list; mlx_kvq's caches: a dict with a config string)"
+    st_ = c.state
+    return [x for x in (st_ if isinstance(st_, (list, tuple)) else st_.values()) if isinstance(x, mx.array)]
+
+
 def layer(model, kv, P, C, repeats):
     c = KVCache() if kv == 'fp16' else bench_caches(model, _bench_scheme(kv))[0]
     mx.random.seed(1)
     for s in range(0, P, 4096):
         n = min(4096, P - s)
         c.update_and_fetch(mx.random.normal((1, 8, n, 64)).astype(mx.float16), mx.random.normal((1, 8, n, 64)).astype(mx.float16))
-        mx.eval([x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)])
+        mx.eval(arrays(c))
     k, v = (mx.random.normal((1, 8, C, 64)).astype(mx.float16) for _ in range(2))
     q = mx.random.normal((1, 32, C, 64)).astype(mx.float16); mx.eval(k, v, q)
     scale = 0.125
     res = {}
     def upd():
         ks, vs = c.update_and_fetch(k, v)
-        out = [x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)]
+        out = arrays(c)
         mx.eval(out); c.trim(C)
         return out[:1]
     res['update'] = timed(upd, repeats)
@@ -75,10 +81,12 @@ def layer(model, kv, P, C, repeats):
         kt, vt = (mx.random.normal((1, C, 8, 64)).astype(mx.float16).transpose(0, 2, 1, 3) for _ in range(2))
         mx.eval(kt, vt)
         res['encode, transposed inputs'] = timed(lambda: c.k_codec.encode_pair(c.v_codec, kt, vt), repeats)
-        res['concatenate storage'] = timed(lambda: [mx.concatenate([p[..., :P, :], x], axis=-2) for p, x in
-                                                   zip(c.keys + c.values, c.k_codec.encode_pair(c.v_codec, k, v)[0] + c.k_codec.encode_pair(c.v_codec, k, v)[1])], repeats)
+        def enc_cat():
+            kp, vp = c.k_codec.encode_pair(c.v_codec, k, v)
+            return [mx.concatenate([p[..., :P, :], x], axis=-2) for p, x in zip(c.keys + c.values, kp + vp)]
+        res['encode + concatenate storage'] = timed(enc_cat, repeats)
     ks, vs = c.update_and_fetch(k, v)
-    mx.eval([x for x in (c.state if isinstance(c.state, (list, tuple)) else c.state.values()) if isinstance(x, mx.array)])
+    mx.eval(arrays(c))
     if kv == 'fp16':
         res['attend'] = timed(lambda: mx.fast.scaled_dot_product_attention(q, ks, vs, scale=scale, mask='causal'), repeats)
         return res

@@ -280,10 +280,8 @@ def _rotated_past(side, dtype):
     "A turbo side's every token in its codec's rotated space: exact segments rotated (few tokens), stored codes decoded without the inverse rotation"
     rot, xs = side.codec.rotation, []
     if side.head is not None and side.head.shape[-2]: xs.append(rotate_rows(side.head, rot).astype(dtype))
-    if side.n_quantized:
-        if side._n is not None and len(side.storage) == 2:   # the storage read in place, decoded to `dtype` (one launch on CUDA)
-            xs.append(decode_rotated_storage(*side.storage, side._n, side.codec.codebook, side.codec.dim, dtype))
-        else: xs.append(side.codec.decode_rotated(side.parts, dtype))
+    if side.n_quantized:   # the storage (words, norms) read in place, decoded to `dtype` (one launch on CUDA)
+        xs.append(decode_rotated_storage(*side.storage, side.n_quantized, side.codec.codebook, side.codec.dim, dtype))
     if side.tail is not None and side.tail.shape[-2]: xs.append(rotate_rows(side.tail, rot).astype(dtype))
     return xs[0] if len(xs) == 1 else mx.concatenate(xs, axis=-2)
 

@@ -72,35 +72,33 @@ def _parts(x):
     if x is None: return None
     return tuple(getattr(x, 'parts', x))
 
-def held(cache):
-    "(B, kv heads, key dim, value dim) of what `cache` holds, or None when it holds nothing"
-    if hasattr(cache, 'ring'):                                       # DeepSeek-V4 sparse cache: (B, window, D)
-        r = cache.ring
-        return None if r is None else (r.shape[0], 1, r.shape[-1], r.shape[-1])
-    ex = [(getattr(cache, a, None), getattr(cache, b, None)) for a, b in (('sink_keys', 'sink_values'), ('tail_keys', 'tail_values'))]
-    ex = [(k, v) for k, v in ex if k is not None]
-    kp, vp = _parts(getattr(cache, 'keys', None)), _parts(getattr(cache, 'values', None))
-    if not ex and not kp: return None
-    ref = ex[0][0] if ex else kp[0]
-    B, H = ref.shape[0], ref.shape[1]
-    dims = cache.__dict__.get('_kvq_dims')
-    if dims is None:
-        if ex: dims = (ex[0][0].shape[-1], ex[0][1].shape[-1])
-        else: dims = (parts_dim(cache.k_codec, kp), parts_dim(cache.v_codec, vp))
-        if None not in dims: cache.__dict__['_kvq_dims'] = dims
-    return (B, H, *dims)
-
-# %% ../nbs/02b_contract.ipynb #0b2c5f6a
-_FLOATING = frozenset((mx.float16, mx.bfloat16, mx.float32, mx.float64))
-
 def _batch_heads(cache):
-    "(B, kv heads) of what `cache` holds, read as `held` reads them (its first exact part, else its first codec part), or None"
+    "(B, kv heads) of what `cache` holds: from its first exact keys (sink, then tail), else its first key codec part; None when it holds nothing or is a DeepSeek-V4 ring"
     if hasattr(cache, 'ring'): return None
     for a in ('sink_keys', 'tail_keys'):
         k = getattr(cache, a, None)
         if k is not None: return k.shape[:2]
     kp = _parts(getattr(cache, 'keys', None))
     return kp[0].shape[:2] if kp else None
+
+def held(cache):
+    "(B, kv heads, key dim, value dim) of what `cache` holds, or None when it holds nothing"
+    if hasattr(cache, 'ring'):                                       # DeepSeek-V4 sparse cache: (B, window, D)
+        r = cache.ring
+        return None if r is None else (r.shape[0], 1, r.shape[-1], r.shape[-1])
+    bh = _batch_heads(cache)
+    if bh is None: return None
+    dims = cache.__dict__.get('_kvq_dims')
+    if dims is None:
+        ex = [(getattr(cache, a, None), getattr(cache, b, None)) for a, b in (('sink_keys', 'sink_values'), ('tail_keys', 'tail_values'))]
+        ex = [(k, v) for k, v in ex if k is not None]
+        if ex: dims = (ex[0][0].shape[-1], ex[0][1].shape[-1])
+        else: dims = (parts_dim(cache.k_codec, _parts(cache.keys)), parts_dim(cache.v_codec, _parts(getattr(cache, 'values', None))))
+        if None not in dims: cache.__dict__['_kvq_dims'] = dims
+    return (*bh, *dims)
+
+# %% ../nbs/02b_contract.ipynb #0b2c5f6a
+_FLOATING = frozenset((mx.float16, mx.bfloat16, mx.float32, mx.float64))
 
 def _update_fits(cache, keys, values):
     """The decode step's usual update accepted in a few comparisons (a model step calls this per layer): arrays of 4 dims,

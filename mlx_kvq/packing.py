@@ -145,11 +145,9 @@ _Q_PAIR_HEAD_CUDA = r"""
     auto* norms = sv ? nv : nk;
 """
 
-_Q_BODY_CUDA = r"""
-    const auto* xr = x + (size_t)row * N;   // the model's dtype (float32 / float16 / bfloat16), read as float
-    float v[E];
-    if (ROTATE) {
-        for (int e = 0; e < E; ++e) v[e] = (float)xr[lane * E + e] * signs[lane * E + e];
+# the Walsh-Hadamard butterflies of a row held E per lane (index lane * E + e): in the lane, then across lanes by
+# shuffles; then the 1/sqrt(N) of an orthonormal transform (the quantize kernel and `rotate_rows` share them)
+_FWHT_CUDA = r"""
         for (int h = 1; h < E; h <<= 1)
             for (int e = 0; e < E; ++e)
                 if (!(e & h)) { float a = v[e], b = v[e + h]; v[e] = a + b; v[e + h] = a - b; }
@@ -159,7 +157,14 @@ _Q_BODY_CUDA = r"""
                 v[e] = (lane & m) ? (o - v[e]) : (v[e] + o);
             }
         const float scale = 1.0f / sqrtf((float)N);
-        for (int e = 0; e < E; ++e) v[e] *= scale;
+""".lstrip("\n")
+
+_Q_BODY_CUDA = r"""
+    const auto* xr = x + (size_t)row * N;   // the model's dtype (float32 / float16 / bfloat16), read as float
+    float v[E];
+    if (ROTATE) {
+        for (int e = 0; e < E; ++e) v[e] = (float)xr[lane * E + e] * signs[lane * E + e];
+""" + _FWHT_CUDA + r"""        for (int e = 0; e < E; ++e) v[e] *= scale;
     } else {
         for (int e = 0; e < E; ++e) { int i = lane + 32 * e; v[e] = (i < N) ? (float)xr[i] : 0.0f; }
     }
@@ -672,16 +677,7 @@ _R_CUDA = r"""
     const auto* xr = x + row * N;
     float v[E];
     for (int e = 0; e < E; ++e) v[e] = INV ? (float)xr[lane * E + e] : (float)xr[lane * E + e] * signs[lane * E + e];
-    for (int h = 1; h < E; h <<= 1)
-        for (int e = 0; e < E; ++e)
-            if (!(e & h)) { float a = v[e], b = v[e + h]; v[e] = a + b; v[e + h] = a - b; }
-    for (int m = 1; m < 32; m <<= 1)
-        for (int e = 0; e < E; ++e) {
-            float o = __shfl_xor_sync(0xffffffffu, v[e], m);
-            v[e] = (lane & m) ? (o - v[e]) : (v[e] + o);
-        }
-    const float scale = 1.0f / sqrtf((float)N);
-    for (int e = 0; e < E; ++e) {
+""" + _FWHT_CUDA + r"""    for (int e = 0; e < E; ++e) {
         const float y = INV ? v[e] * scale * signs[lane * E + e] : v[e] * scale;
         out[row * N + lane * E + e] = static_cast<T>(y);
     }
@@ -769,7 +765,12 @@ def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
     """The first `n` tokens of a turbo side's storage (words (B, H, capacity, W), norms (B, H, capacity, 1)) in the rotated
     space, in `dtype`: `dequantize_unpack` of the slices, cast. On CUDA one launch that reads the storage in place
     (verified on first use); elsewhere the slices decoded and cast"""
-    if (kernel_backend() != "cuda" or words.ndim != 4 or n < 1 or dim > MAX_FUSED_DIM
+    if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or norms.shape != (*words.shape[:-1], 1):
+        raise ValueError(f"decode_rotated_storage takes storage words (B, H, capacity, W) and norms (B, H, capacity, 1), got "
+                         f"{getattr(words, 'shape', type(words).__name__)} and {getattr(norms, 'shape', type(norms).__name__)}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= words.shape[-2]:
+        raise ValueError(f"decode_rotated_storage: n must be an integer in 1..{words.shape[-2]} (the tokens the storage holds), got {n!r}")
+    if (kernel_backend() != "cuda" or dim > MAX_FUSED_DIM
             or dtype not in (mx.float32, mx.float16, mx.bfloat16) or words.shape[0] * words.shape[1] * n * dim >= 2 ** 31):
         return dequantize_unpack(words[..., :n, :], norms[..., :n, :], codebook, dim).astype(dtype)
     if "cuda" not in _DTGUARDS:

@@ -43,7 +43,9 @@ def test_rotate_rows_matches_the_rotation(emulated, dim, dtype):
 
 def test_a_wrong_rotation_kernel_is_refused(emulated, monkeypatch):
     "Not vacuous: the kernel without its sign flips disagrees with the rotation and the first-use check falls back"
-    monkeypatch.setattr(P, '_R_CUDA', P._R_CUDA.replace('* signs[lane * E + e];\n    for (int h', ';\n    for (int h'))
+    wrong = P._R_CUDA.replace(': (float)xr[lane * E + e] * signs[lane * E + e];', ': (float)xr[lane * E + e];')
+    assert wrong != P._R_CUDA
+    monkeypatch.setattr(P, '_R_CUDA', wrong)
     rot = get_rotation(128, 0); x = mx.random.normal((4, 128), key=mx.random.key(1))
     with pytest.warns(RuntimeWarning, match='rotate_rows'):
         got = P.rotate_rows(x, rot)
@@ -121,3 +123,16 @@ def test_prefill_attention_over_a_turbo_past(emulated, monkeypatch, kv):
     ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
     err = mx.abs(got.astype(mx.float32) - ref).max().item()
     assert got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
+
+
+def test_decode_rotated_storage_refuses_bad_storage_or_counts():
+    "Mismatched parts or a token count the storage does not hold: a ValueError naming what it takes, nothing decoded"
+    c = TurboCodec(4); c.check_dim(64)
+    words, norms = P.quantize_pack_ref(mx.random.normal((1, 2, 9, 64), key=mx.random.key(0)), c.rotation, c.codebook)
+    for n in (0, 10, 3.0, True):
+        with pytest.raises(ValueError, match='n must be an integer in 1..9'):
+            P.decode_rotated_storage(words, norms, n, c.codebook, 64, mx.float16)
+    with pytest.raises(ValueError, match=r'norms \(B, H, capacity, 1\)'):
+        P.decode_rotated_storage(words, norms[..., :5, :], 5, c.codebook, 64, mx.float16)
+    with pytest.raises(ValueError, match=r'words \(B, H, capacity, W\)'):
+        P.decode_rotated_storage(words[0], norms[0], 5, c.codebook, 64, mx.float16)
