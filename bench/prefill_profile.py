@@ -1,7 +1,11 @@
 """Where a chunked prefill's time goes on a GPU, per cache scheme: the whole prompt chunk by chunk, and one layer's
 pieces at a given past (the cache's update of a chunk, its attention, and the attention's parts).
 
-    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--kv fp16 affine:4 turbo:4] [--repeats 9] [--out DIR]
+    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--repeats 9] [--out DIR]
+
+A scheme written `SCHEME/rotated` runs with `attention.PREFILL_PAIR = False` (turbo: the queries and output rotated, each
+side's past decoded in the rotated space, as before `decode_turbo_pair`); a scheme named twice (e.g. fp16 first and
+last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
    (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope.
@@ -24,6 +28,16 @@ from mlx_kvq import attention as A
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.packing import rotate_rows
 from mlx_lm.models.cache import KVCache
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from knobs import apply_knobs
+from mlx_kvq.packing import decode_turbo_pair
+
+
+def route(kv):
+    "(scheme, pair route on?) of a --kv entry; sets attention.PREFILL_PAIR for what follows"
+    base, _, how = kv.partition('/')
+    A.PREFILL_PAIR = how != 'rotated'
+    return base
 
 
 def timed(fn, repeats):
@@ -36,6 +50,7 @@ def timed(fn, repeats):
 
 
 def whole(model, kv, T, C):
+    kv = route(kv)
     prompt = mx.random.randint(0, 1000, (1, T))
     warm = make_prompt_cache(model, kv=kv)
     for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
@@ -56,6 +71,7 @@ def arrays(c):
 
 
 def layer(model, kv, P, C, repeats):
+    kv = route(kv)
     c = KVCache() if kv == 'fp16' else bench_caches(model, _bench_scheme(kv))[0]
     mx.random.seed(1)
     for s in range(0, P, 4096):
@@ -91,6 +107,9 @@ def layer(model, kv, P, C, repeats):
         res['attend'] = timed(lambda: mx.fast.scaled_dot_product_attention(q, ks, vs, scale=scale, mask='causal'), repeats)
         return res
     res['attend'] = timed(lambda: c.attend(q, ks, vs, scale=scale, mask='causal'), repeats)
+    if type(ks.codec) is TurboCodec and type(vs.codec) is TurboCodec:
+        pair = lambda: decode_turbo_pair((*ks.storage, ks.codec.rotation, ks.codec.codebook), (*vs.storage, vs.codec.rotation, vs.codec.codebook), ks.n_quantized, mx.float16)
+        res['past, both sides (decode_turbo_pair)'] = timed(pair, repeats)
     if type(ks.codec) is TurboCodec:
         res['past keys'] = timed(lambda: A._rotated_past(ks, mx.float16), repeats)
         res['past values'] = timed(lambda: A._rotated_past(vs, mx.float16), repeats)
@@ -117,26 +136,30 @@ def main():
     p.add_argument('--skip-whole', action='store_true')
     p.add_argument('--out')
     a = p.parse_args()
+    knobs = apply_knobs()
     install()
     model = shape_model('llama-3.2-1b', mx.float16)
     head = (f"# prefill profile: llama-3.2-1b shape (random weights, float16), {a.tokens} tokens in chunks of {a.chunk}; "
             f"{platform.system()} {platform.machine()}, MLX {mx.__version__}, {mx.default_device()}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}" + (f"; knobs {' '.join(knobs)}" if knobs else ""))
     lines, rec = [head], {}
     if not a.skip_whole:
         lines.append("\n## Whole model, ms per chunk (timed pass after a warm one)\n")
         lines.append("| scheme | " + " | ".join(f"chunk {i}" for i in range(a.tokens // a.chunk)) + " | total ms | tokens/s | vs fp16 | peak GB |")
         lines.append("| --- |" + " ---: |" * (a.tokens // a.chunk + 4))
         base = None
-        for kv in a.kv:
+        for i, kv in enumerate(a.kv):
             per, peak = whole(model, kv, a.tokens, a.chunk)
             tot = sum(per); tps = a.tokens / tot * 1e3; base = base or tps
-            rec[f'whole {kv}'] = dict(per_chunk_ms=per, peak_gb=peak, tps=tps)
+            rec[f'whole {kv}' + (f' #{i}' if a.kv.index(kv) != i else '')] = dict(per_chunk_ms=per, peak_gb=peak, tps=tps)
             lines.append(f"| {kv} | " + " | ".join(f"{x:.1f}" for x in per) + f" | {tot:.1f} | {tps:,.0f} | {tps / base:.2f}x | {peak:.2f} |")
             print(lines[-1], flush=True)
     P = a.tokens - a.chunk
     lines.append(f"\n## One layer, past {P} tokens + a chunk of {a.chunk}: ms (median of {a.repeats})\n")
-    rows = {kv: layer(model, kv, P, a.chunk, a.repeats) for kv in a.kv}
+    rows = {}
+    for kv in a.kv:
+        if kv not in rows: rows[kv] = layer(model, kv, P, a.chunk, a.repeats)
+    a.kv = list(rows)
     names = list(dict.fromkeys(n for r in rows.values() for n in r))
     lines.append("| piece | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
     for n in names: lines.append(f"| {n} | " + " | ".join('-' if n not in rows[kv] else f"{rows[kv][n]:.3f}" for kv in a.kv) + " |")

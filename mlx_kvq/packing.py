@@ -21,7 +21,7 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
            'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
            'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage',
-           'check_fused']
+           'decode_turbo_pair', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -752,12 +752,12 @@ def _fused_decode_rotated(words, norms, n, codebook, dim, dtype):
     return out
 
 _META3 = {}
-def _meta3(rows, n, cap):
-    "The decode launch's (rows, tokens, capacity) as a device constant (an array of host values is read by the GPU across the bus)"
-    key = (rows, n, cap)
+def _meta3(rows, n, *caps):
+    "A decode launch's (rows, tokens, capacity of each storage) as a device constant (an array of host values is read by the GPU across the bus)"
+    key = (rows, n, *caps)
     if key not in _META3:
         if len(_META3) > 1024: _META3.clear()    # prefill chunks of many lengths: keep it bounded
-        _META3[key] = device_constant(np.array([rows, n, cap], np.int32))
+        _META3[key] = device_constant(np.array(key, np.int32))
     return _META3[key]
 
 _DTGUARDS = {}
@@ -777,6 +777,85 @@ def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
         _DTGUARDS["cuda"] = GuardedKernel("cuda decode_rotated", _fused_decode_rotated, _dt_reference, _dt_class,
                                           lambda out, ref, *a: _close_in_dtype(out, ref))
     return _DTGUARDS["cuda"](words, norms, n, codebook, dim, dtype)
+
+_DP_SIDE = r"""
+    {   // side @: the codes of one held token, norm * centroid, back through the rotation (butterflies, 1/sqrt(N), signs)
+        constexpr int N = N@, E = N@ / 32, BITS = B@, W = W@;
+        const unsigned int* wr = w@ + ((size_t)bh * meta[CAP@] + t) * W;
+        const float nrm = (float)n@[(size_t)bh * meta[CAP@] + t];
+        float v[E];
+        for (int e = 0; e < E; ++e) {
+            const int p = (lane * E + e) * BITS, w = p >> 5, s = p & 31;
+            unsigned int val = wr[w] >> s;
+            if (s + BITS > 32) val |= wr[w + 1] << (32 - s);
+            v[e] = nrm * c@[val & ((1u << BITS) - 1u)];
+        }
+""" + _FWHT_CUDA + r"""        for (int e = 0; e < E; ++e) o@[r * N + lane * E + e] = static_cast<T>(v[e] * scale * g@[lane * E + e]);
+    }
+"""
+# both sides of a turbo layer's past decoded to the model's space in one launch: warps 0 .. rows-1 take key rows (token t
+# of head bh), the next rows value rows; each side's storage read in place (capacity meta[2] / meta[3] tokens per head)
+_DP_CUDA = r"""
+    const int lane = threadIdx.x & 31;
+    const size_t rows = (size_t)meta[0];
+    const size_t pr = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (pr >= 2 * rows) return;
+    const bool sv = pr >= rows;
+    const size_t r = sv ? pr - rows : pr;
+    const unsigned int bh = (unsigned int)(r / (unsigned int)meta[1]), t = (unsigned int)(r - (size_t)bh * meta[1]);
+    if (!sv)""" + _DP_SIDE.replace("@", "K").replace("CAPK", "2").replace("wK", "wk").replace("nK", "nk").replace("cK", "ck").replace("gK", "gk").replace("oK", "ok") + "    else" + \
+    _DP_SIDE.replace("@", "V").replace("CAPV", "3").replace("wV", "wv").replace("nV", "nv").replace("cV", "cv").replace("gV", "gv").replace("oV", "ov")
+
+_DPK = {}
+def _pair_decode_kernel():
+    if "k" not in _DPK:
+        _DPK["k"] = make_kernel("cuda", "mlx_kvq_decode_turbo_pair", ["wk", "nk", "ck", "gk", "wv", "nv", "cv", "gv", "meta"], ["ok", "ov"], _DP_CUDA)
+    return _DPK["k"]
+
+def _side_of(words, norms, rotation, codebook, n):
+    "One side's first n held tokens in the original space, float32, by the reference route (slices, unpack, inverse rotation)"
+    return rotation.inverse(dequantize_unpack_ref(words[..., :n, :], norms[..., :n, :], codebook, rotation.dim))
+def _dp_reference(k, v, n, dtype): return tuple(_side_of(*s, n).astype(dtype) for s in (k, v))
+def _dp_class(k, v, n, dtype): return tuple((s[2].dim, s[2].seed, s[3].bits, str(s[1].dtype)) for s in (k, v)) + (str(dtype),)
+def _dp_agree(out, ref, *args):
+    if not isinstance(out, tuple) or len(out) != 2: return f"returned {type(out).__name__} instead of two sides"
+    return _close_in_dtype(out[0], ref[0]) or _close_in_dtype(out[1], ref[1])
+
+def _fused_decode_pair(k, v, n, dtype):
+    (wk, nk, rk, ck), (wv, nv, rv, cv) = k, v
+    B, H, capk, WK = wk.shape; rows = B * H * n; NK, NV = rk.dim, rv.dim
+    meta = _meta3(rows, n, capk, wv.shape[-2])
+    return tuple(_pair_decode_kernel()(
+        inputs=[wk, nk, _scaled(ck, NK, 'centroids'), _signs_of(rk), wv, nv, _scaled(cv, NV, 'centroids'), _signs_of(rv), meta],
+        template=[("NK", NK), ("BK", ck.bits), ("WK", WK), ("NV", NV), ("BV", cv.bits), ("WV", wv.shape[-1]), ("WARPS", _WARPS), ("T", dtype)],
+        grid=(-(-2 * rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+        output_shapes=[(B, H, n, NK), (B, H, n, NV)], output_dtypes=[dtype, dtype]))
+
+def _check_storage(words, norms, what):
+    if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or words.dtype != mx.uint32 or norms.shape != (*words.shape[:-1], 1):
+        raise ValueError(f"{what} takes storage words uint32 (B, H, capacity, W) and norms (B, H, capacity, 1), got "
+                         f"{getattr(words, 'dtype', type(words).__name__)} {getattr(words, 'shape', '')} and {getattr(norms, 'shape', type(norms).__name__)}")
+
+_DPGUARDS = {}
+def decode_turbo_pair(k, v, n, dtype):
+    """The first `n` held tokens of both sides of a turbo layer, in the original (model's) space and `dtype`: `k` and `v`
+    are (words (B, H, capacity, W), norms (B, H, capacity, 1), rotation, codebook). What `TurboCodec.decode` gives for the
+    slices, cast. On CUDA, where both rotations are one sign-flipped Walsh-Hadamard block, one launch for both sides that
+    reads the storages in place (a warp per token; verified on first use); elsewhere the slices decoded and rotated back."""
+    for s, nm in ((k, "keys"), (v, "values")):
+        if not isinstance(s, (tuple, list)) or len(s) != 4: raise ValueError(f"decode_turbo_pair: {nm} must be (words, norms, rotation, codebook)")
+        _check_storage(s[0], s[1], f"decode_turbo_pair ({nm})")
+        if packed_words(s[2].dim, s[3].bits) != s[0].shape[-1]:
+            raise ValueError(f"decode_turbo_pair: {nm} words hold {s[0].shape[-1]} words per token, {s[2].dim} codes of {s[3].bits} bits take {packed_words(s[2].dim, s[3].bits)}")
+    if k[0].shape[:2] != v[0].shape[:2]: raise ValueError(f"decode_turbo_pair: keys of {k[0].shape[:2]} (batch, heads) and values of {v[0].shape[:2]} disagree")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= min(k[0].shape[-2], v[0].shape[-2]):
+        raise ValueError(f"decode_turbo_pair: n must be an integer in 1..{min(k[0].shape[-2], v[0].shape[-2])} (the tokens the storages hold), got {n!r}")
+    if (kernel_backend() != "cuda" or not _pairs(k[2], k[2].dim) or not _pairs(v[2], v[2].dim)
+            or dtype not in (mx.float32, mx.float16, mx.bfloat16) or k[0].shape[0] * k[0].shape[1] * n >= 2 ** 30):
+        return tuple(rot.inverse(dequantize_unpack(w[..., :n, :], nm[..., :n, :], cb, rot.dim)).astype(dtype) for w, nm, rot, cb in (k, v))
+    if "cuda" not in _DPGUARDS:
+        _DPGUARDS["cuda"] = GuardedKernel("cuda decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_agree)
+    return _DPGUARDS["cuda"](tuple(k), tuple(v), n, dtype)
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):

@@ -21,6 +21,7 @@ def emulated(monkeypatch):
     monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
     monkeypatch.setattr(P, 'INCLUDE', False)
     monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
+    monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {})
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])
@@ -98,6 +99,11 @@ def test_prefill_kernels_compile(ty):
     head = f"constexpr int N = 128;\nconstexpr int BITS = 3;\nconstexpr int W = 12;\nusing T = {ty};\n"
     regs, spill, _ = CR.compile_ptxas('d', CR.wrap('d', head + P._DT_CUDA, [('words', 'uint32_t'), ('norms', '__half'), ('cent', 'float'), ('meta', 'int32_t')], [('out', ty)]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
+    head = f"constexpr int NK = 128;\nconstexpr int BK = 4;\nconstexpr int WK = 16;\nconstexpr int NV = 256;\nconstexpr int BV = 3;\nconstexpr int WV = 24;\nconstexpr int WARPS = 4;\nusing T = {ty};\n"
+    side = [('w', 'uint32_t'), ('n', '__half'), ('c', 'float'), ('g', 'float')]
+    regs, spill, _ = CR.compile_ptxas('dp', CR.wrap('dp', head + P._DP_CUDA, [(a + 'k', t) for a, t in side] + [(a + 'v', t) for a, t in side] + [('meta', 'int32_t')],
+                                                    [('ok', ty), ('ov', ty)]), 'sm_90')
+    assert 0 < regs <= 255 and spill == 0
 
 
 @pytest.mark.parametrize('kv', ['turbo:4', 'turbo:3,2'])
@@ -136,3 +142,90 @@ def test_decode_rotated_storage_refuses_bad_storage_or_counts():
         P.decode_rotated_storage(words, norms[..., :5, :], 5, c.codebook, 64, mx.float16)
     with pytest.raises(ValueError, match=r'words \(B, H, capacity, W\)'):
         P.decode_rotated_storage(words[0], norms[0], 5, c.codebook, 64, mx.float16)
+
+
+def _turbo_storage(bits, dim, seed, cap, key):
+    "(words, norms, rotation, codebook) of `cap` random tokens per head, (2, 3) batch and heads"
+    c = TurboCodec(bits, seed=seed); c.check_dim(dim)
+    return (*P.quantize_pack_ref(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key)), c.rotation, c.codebook), c.rotation, c.codebook), c
+
+
+@pytest.mark.parametrize('kspec,vspec', [((4, 64), (4, 64)), ((3, 128), (2, 128)), ((4, 256), (8, 64))])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_decode_turbo_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype):
+    """Both sides decoded to the model's space in one launch (storages of capacity 12 and 10 holding 7 tokens, bits and
+    dims of each side its own) equal `TurboCodec.decode` of the held slices, up to the dtype's rounding"""
+    k, kc = _turbo_storage(*kspec, 1, 12, 1)
+    v, vc = _turbo_storage(*vspec, 2, 10, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        K, V = P.decode_turbo_pair(k, v, 7, dtype)
+    assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 7, dtype)] is True      # the kernel served it, verified
+    for got, (w, nm, *_), c in ((K, k, kc), (V, v, vc)):
+        ref = c.decode((w[..., :7, :], nm[..., :7, :]))
+        assert got.shape == ref.shape == (2, 3, 7, c.dim) and got.dtype == dtype
+        assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
+
+
+def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch):
+    "Not vacuous: the kernel without the values' sign flips disagrees and the first-use check returns the reference"
+    wrong = P._DP_CUDA.replace('v[e] * scale * gv[lane * E + e]', 'v[e] * scale')
+    assert wrong != P._DP_CUDA
+    monkeypatch.setattr(P, '_DP_CUDA', wrong)
+    k, kc = _turbo_storage(4, 64, 1, 9, 1)
+    v, vc = _turbo_storage(4, 64, 2, 9, 2)
+    with pytest.warns(RuntimeWarning, match='decode_turbo_pair'):
+        K, V = P.decode_turbo_pair(k, v, 9, mx.float32)
+    assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 9, mx.float32)] is False
+    assert mx.allclose(V, vc.decode(v[:2]), atol=1e-5) and mx.allclose(K, kc.decode(k[:2]), atol=1e-5)
+
+
+def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
+    "Without CUDA the codecs' decode of the slices; mismatched storage or counts: a ValueError naming what it takes"
+    k, kc = _turbo_storage(4, 64, 1, 9, 1)
+    v, vc = _turbo_storage(3, 64, 2, 9, 2)
+    K, V = P.decode_turbo_pair(k, v, 5, mx.float16)
+    assert mx.array_equal(K, kc.decode((k[0][..., :5, :], k[1][..., :5, :])).astype(mx.float16))
+    assert mx.array_equal(V, vc.decode((v[0][..., :5, :], v[1][..., :5, :])).astype(mx.float16))
+    for n in (0, 10, 2.0, True):
+        with pytest.raises(ValueError, match='n must be an integer in 1..9'):
+            P.decode_turbo_pair(k, v, n, mx.float16)
+    with pytest.raises(ValueError, match='disagree'):
+        P.decode_turbo_pair(k, (v[0][:1], v[1][:1], *v[2:]), 5, mx.float16)
+    with pytest.raises(ValueError, match='words hold'):
+        P.decode_turbo_pair(k, (v[0][..., :4], *v[1:]), 5, mx.float16)
+    with pytest.raises(ValueError, match=r'norms \(B, H, capacity, 1\)'):
+        P.decode_turbo_pair((k[0], k[1][..., :3, :], *k[2:]), v, 2, mx.float16)
+    with pytest.raises(ValueError, match='must be'):
+        P.decode_turbo_pair(k[:2], v, 2, mx.float16)
+
+
+@pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5)])
+def test_turbo_prefill_route_over_a_turbo_past(emulated, monkeypatch, kv, window):
+    """A chunk of queries through `attend` on the CUDA route (`_turbo_prefill`: both pasts decoded to the model's space in
+    one emulated launch, exact window tokens joined, fused SDPA) agrees with `codec_attention`; the previous rotated
+    route (`PREFILL_PAIR = False`) gives the same"""
+    from mlx_kvq import attention as A
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.codecs import codec_attention
+    monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
+    kb, _, vb = kv.split(':')[1].partition(',')
+    cache = CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window)
+    k0, v0 = mx.random.normal((1, 2, 40, 64), key=mx.random.key(1)), mx.random.normal((1, 2, 40, 64), key=mx.random.key(2))
+    cache.update_and_fetch(k0.astype(mx.float16), v0.astype(mx.float16))
+    k1, v1 = mx.random.normal((1, 2, 8, 64), key=mx.random.key(3)), mx.random.normal((1, 2, 8, 64), key=mx.random.key(4))
+    ks, vs = cache.update_and_fetch(k1.astype(mx.float16), v1.astype(mx.float16))
+    assert ks.storage[0].shape[-2] > ks.n_quantized and (ks.tail is not None and ks.tail.shape[-2] == window or not window)
+    q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
+    calls = []
+    monkeypatch.setattr(A, 'decode_turbo_pair', lambda *a: calls.append(a) or P.decode_turbo_pair(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    assert len(calls) == 1 and all(P._DPGUARDS['cuda'].state.values())     # the pair route served it, its kernel verified
+    ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
+    err = mx.abs(got.astype(mx.float32) - ref).max().item()
+    assert got.shape == q.shape and got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
+    monkeypatch.setattr(A, 'PREFILL_PAIR', False)
+    old = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    assert len(calls) == 1 and mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3

@@ -1,0 +1,61 @@
+"""On the GPU itself: `packing.decode_turbo_pair` (both turbo sides decoded to the model's space in one launch) against
+the codecs' own decode of the held slices, and a prefill chunk through `attention.attend` (the `_turbo_prefill` route)
+against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity.
+
+    python3 bench/check_prefill_pair.py        # prints one line per case and 'N failing' at the end"""
+import sys, warnings
+from pathlib import Path
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mlx_kvq import packing as P, attention as A
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.qcache import CodecKVCache
+from mlx_kvq.codecs import codec_attention
+
+TOL = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}
+
+
+def side(bits, dim, seed, cap, key):
+    c = TurboCodec(bits, seed=seed); c.check_dim(dim)
+    w, n = P.quantize_pack(mx.random.normal((2, 4, cap, dim), key=mx.random.key(key)), c.rotation, c.codebook)
+    return (w, n, c.rotation, c.codebook), c
+
+
+def main():
+    print(f"backend {P.kernel_backend()}, MLX {mx.__version__}, {mx.default_device()}")
+    bad = 0
+    warnings.simplefilter('error')     # a first-use refusal warns: a failure here
+    for (bk, dk), (bv, dv) in [((4, 64), (4, 64)), ((3, 128), (3, 128)), ((4, 128), (2, 128)), ((2, 256), (4, 256)), ((8, 64), (1, 64)), ((4, 256), (3, 64))]:
+        for dt in (mx.float16, mx.bfloat16, mx.float32):
+            k, kc = side(bk, dk, 1, 300, bk * 7 + dk)
+            v, vc = side(bv, dv, 2, 280, bv * 11 + dv)
+            try:
+                K, V = P.decode_turbo_pair(k, v, 257, dt)
+                errs = []
+                for got, s, c in ((K, k, kc), (V, v, vc)):
+                    ref = c.decode((s[0][..., :257, :], s[1][..., :257, :]))
+                    errs.append(mx.abs(got.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
+                ok = max(errs) <= TOL[dt] and P._DPGUARDS['cuda'].state.get(P._dp_class(k, v, 257, dt)) is True
+            except Exception as e: ok, errs = False, [repr(e)[:200]]
+            bad += not ok
+            print(f"pair k {bk}b d{dk} v {bv}b d{dv} {dt}: rel err {errs} {'ok' if ok else 'FAIL'}")
+    for kv, window in (('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 16)):
+        kb, _, vb = kv.split(':')[1].partition(',')
+        for dt in (mx.float16, mx.bfloat16):
+            cache = CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window)
+            cache.update_and_fetch(mx.random.normal((1, 8, 3000, 128)).astype(dt), mx.random.normal((1, 8, 3000, 128)).astype(dt))
+            ks, vs = cache.update_and_fetch(mx.random.normal((1, 8, 256, 128)).astype(dt), mx.random.normal((1, 8, 256, 128)).astype(dt))
+            q = mx.random.normal((1, 32, 256, 128)).astype(dt)
+            try:
+                got = A.attend(q, ks, vs, scale=128 ** -0.5, mask='causal')
+                ref = codec_attention(q.astype(mx.float32), ks, vs, scale=128 ** -0.5, mask='causal')
+                err = mx.abs(got.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item()
+                ok = err <= (2e-3 if dt == mx.float16 else 1.6e-2)
+            except Exception as e: ok, err = False, repr(e)[:200]
+            bad += not ok
+            print(f"prefill {kv} window {window} {dt}: rel err {err} {'ok' if ok else 'FAIL'}")
+    print(f"{bad} failing")
+
+
+if __name__ == '__main__': main()
