@@ -23,7 +23,7 @@ def parse(files):
         rows = [r for r in csv.reader(l for l in open(f) if l.startswith('"'))]
         if not rows: print(f"{f}: no kernels"); continue
         h = rows[0]; ki, vi, ui = h.index('Kernel Name'), h.index('Metric Value'), h.index('Metric Unit')
-        ks = [(r[ki], float(r[vi].replace(',', '')) * {'nsecond': 1e-3, 'usecond': 1.0, 'msecond': 1e3}.get(r[ui], 1.0)) for r in rows[1:]]
+        ks = [(r[ki], float(r[vi].replace(',', '')) * {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1.0, 'usecond': 1.0, 'ms': 1e3, 'msecond': 1e3}.get(r[ui], 1.0)) for r in rows[1:]]
         last = max((i for i, (n, _) in enumerate(ks) if 'mlx_kvq_marker' in n), default=None)
         if last is None: print(f"{f}: no marker"); continue
         body = ks[last + 1:]
