@@ -1,6 +1,6 @@
-"""On the GPU itself: `packing.decode_turbo_pair` (both turbo sides decoded to the model's space in one launch) against
-the codecs' own decode of the held slices, and a prefill chunk through `attention.attend` (the `_turbo_prefill` route)
-against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity.
+"""On the GPU itself: `packing.decode_turbo_pair` / `decode_affine_pair` (both sides of a layer's past decoded to the
+model's space in one launch) against the codecs' own decode of the held slices, and a prefill chunk through
+`attention.attend` (the `_pair_prefill` route) against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity.
 
     python3 bench/check_prefill_pair.py        # prints one line per case and 'N failing' at the end"""
 import sys, warnings
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import packing as P, attention as A
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.qcache import CodecKVCache
-from mlx_kvq.codecs import codec_attention
+from mlx_kvq.codecs import codec_attention, AffineCodec
 
 TOL = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}
 
@@ -40,10 +40,25 @@ def main():
             except Exception as e: ok, errs = False, [repr(e)[:200]]
             bad += not ok
             print(f"pair k {bk}b d{dk} v {bv}b d{dv} {dt}: rel err {errs} {'ok' if ok else 'FAIL'}")
-    for kv, window in (('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 16)):
+    for (bk, gk, dk), (bv, gv, dv) in [((4, 64, 64), (4, 64, 64)), ((8, 64, 128), (4, 64, 128)), ((2, 32, 256), (1, 128, 128)), ((8, 128, 256), (8, 32, 64))]:
+        for dt in (mx.float16, mx.bfloat16, mx.float32):
+            kc, vc = AffineCodec(bk, gk), AffineCodec(bv, gv)
+            k = (*kc.encode(mx.random.normal((2, 4, 300, dk))), bk, gk); v = (*vc.encode(mx.random.normal((2, 4, 280, dv))), bv, gv)
+            try:
+                K, V = P.decode_affine_pair(k, v, 257, dt)
+                errs = []
+                for got, x, c in ((K, k, kc), (V, v, vc)):
+                    ref = c.decode(tuple(a[..., :257, :] for a in x[:3]), mx.float32)
+                    errs.append(mx.abs(got.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
+                ok = max(errs) <= TOL[dt] and P._APGUARDS['cuda'].state.get(P._ap_class(k, v, 257, dt)) is True
+            except Exception as e: ok, errs = False, [repr(e)[:200]]
+            bad += not ok
+            print(f"affine pair k {bk}b g{gk} d{dk} v {bv}b g{gv} d{dv} {dt}: rel err {errs} {'ok' if ok else 'FAIL'}")
+    for kv, window in (('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 16), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 16)):
         kb, _, vb = kv.split(':')[1].partition(',')
+        C = TurboCodec if kv.startswith('turbo') else AffineCodec
         for dt in (mx.float16, mx.bfloat16):
-            cache = CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window)
+            cache = CodecKVCache(C(int(kb)), C(int(vb or kb), **({'seed': 1} if C is TurboCodec else {})), window=window)
             cache.update_and_fetch(mx.random.normal((1, 8, 3000, 128)).astype(dt), mx.random.normal((1, 8, 3000, 128)).astype(dt))
             ks, vs = cache.update_and_fetch(mx.random.normal((1, 8, 256, 128)).astype(dt), mx.random.normal((1, 8, 256, 128)).astype(dt))
             q = mx.random.normal((1, 32, 256, 128)).astype(dt)

@@ -29,8 +29,8 @@
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
 #       prefillprof (bench/prefill_profile.py: a 16K prompt in 2048-token chunks, ms per chunk, and one layer's update / attention pieces at a 14K past: about 3 min)
-#       prefillab (prefill_profile.py with the turbo pair route against the rotated one, fp16 first and last: about 5 min)
-#       prefillncu (bench/prefill_ncu.py: every kernel of one layer's prefill chunk under Nsight Compute, fp16 / turbo:4 / turbo:4 rotated / affine:4; and bench/check_prefill_pair.py: about 3 min)
+#       prefillab (prefill_profile.py, the pair routes against the previous ones (SCHEME/previous), fp16 first and last: about 1 min)
+#       prefillncu (bench/prefill_ncu.py: every kernel of one layer's prefill chunk under Nsight Compute, fp16 / turbo:4 / affine:4, each pair route and previous; and bench/check_prefill_pair.py: about 5 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -151,9 +151,9 @@ case $part in
          KVQ_KNOBS="LEAN_ANY=True" timeout 280 python3 bench/check_decode_steps.py --schemes "calibrated 4o5" --out "$O/steps" > "$O/steps/run.log" 2>&1; tail -1 "$O/steps/run.log"
          for i in 1 2; do for k in "LEAN_ANY=False" "LEAN_ANY=True"; do KVQ_KNOBS="$k" timeout 65 python3 bench/check_fused_cuda.py --quick --only gemma --contexts 32768,131072 --out "$O/gemma" > "$O/gemma/${k#*=}_$i.log" 2>&1; echo "$k ($i)"; grep -v "^#" "$O/gemma/${k#*=}_$i.log" | tail -3; done; done ;;
   prefillprof) timeout 400 python3 bench/prefill_profile.py --kv fp16 affine:4 affine:8,4 turbo:4 turbo:3 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
-  prefillab) timeout 560 python3 bench/prefill_profile.py --kv fp16 turbo:4 turbo:4/rotated turbo:3 turbo:3/rotated affine:4 affine:8,4 fp16 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
-  prefillncu) timeout 150 python3 bench/check_prefill_pair.py > "$O/check_pair.log" 2>&1; tail -4 "$O/check_pair.log"
-           for s in fp16 turbo:4 turbo:4/rotated affine:4; do f="$O/ncu_$(echo $s | tr ':/,' '___').csv"
+  prefillab) timeout 560 python3 bench/prefill_profile.py --kv fp16 turbo:4 turbo:4/previous turbo:3 turbo:3/previous affine:4 affine:4/previous affine:8,4 affine:8,4/previous fp16 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
+  prefillncu) timeout 220 python3 bench/check_prefill_pair.py > "$O/check_pair.log" 2>&1; tail -4 "$O/check_pair.log"
+           for s in fp16 turbo:4 turbo:4/previous affine:4 affine:4/previous; do f="$O/ncu_$(echo $s | tr ':/,' '___').csv"
              timeout 120 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py $s > "$f" 2> "${f%.csv}.err"; done
            python3 bench/prefill_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;

@@ -3,12 +3,12 @@
 past, per scheme. What the isolated timings of `prefill_profile.py` cannot separate (each carries an evaluation's fixed
 cost): the GPU time of each launch, and how many launches a chunk's layer makes.
 
-    ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py SCHEME[/rotated] > F.csv
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py SCHEME[/previous] > F.csv
     python3 bench/prefill_ncu.py --parse F.csv [G.csv ...]
 
 One layer of the Llama-3.2-1B shape (32 query / 8 KV heads, head dim 64, float16), past 14,336 tokens, chunk 2,048.
 Three warm iterations, then a marker kernel, then the measured iteration; `--parse` lists the kernels after the last
-marker. `SCHEME/rotated`: `attention.PREFILL_PAIR = False` (the rotated turbo route)."""
+marker. `SCHEME/previous` (or `/rotated`): `attention.PREFILL_PAIR = False` (the route before the pair kernels)."""
 import csv, sys
 from pathlib import Path
 
@@ -37,7 +37,7 @@ def main(kv):
     from mlx_kvq import attention as A
     from mlx_kvq.integrate import install
     base, _, how = kv.partition('/')
-    A.PREFILL_PAIR = how != 'rotated'
+    A.PREFILL_PAIR = how not in ('rotated', 'previous')
     install()
     model = shape_model('llama-3.2-1b', mx.float16)
     c = KVCache() if base == 'fp16' else bench_caches(model, _bench_scheme(base))[0]

@@ -3,8 +3,9 @@ pieces at a given past (the cache's update of a chunk, its attention, and the at
 
     python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--repeats 9] [--out DIR]
 
-A scheme written `SCHEME/rotated` runs with `attention.PREFILL_PAIR = False` (turbo: the queries and output rotated, each
-side's past decoded in the rotated space, as before `decode_turbo_pair`); a scheme named twice (e.g. fp16 first and
+A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PREFILL_PAIR = False`: the route before
+`decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
+space; affine: each side dequantized by MLX from slices); a scheme named twice (e.g. fp16 first and
 last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
@@ -30,13 +31,14 @@ from mlx_kvq.packing import rotate_rows
 from mlx_lm.models.cache import KVCache
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from knobs import apply_knobs
-from mlx_kvq.packing import decode_turbo_pair
+from mlx_kvq.packing import decode_turbo_pair, decode_affine_pair
+from mlx_kvq.codecs import AffineCodec
 
 
 def route(kv):
     "(scheme, pair route on?) of a --kv entry; sets attention.PREFILL_PAIR for what follows"
     base, _, how = kv.partition('/')
-    A.PREFILL_PAIR = how != 'rotated'
+    A.PREFILL_PAIR = how not in ('rotated', 'previous')
     return base
 
 
@@ -110,6 +112,9 @@ def layer(model, kv, P, C, repeats):
     if type(ks.codec) is TurboCodec and type(vs.codec) is TurboCodec:
         pair = lambda: decode_turbo_pair((*ks.storage, ks.codec.rotation, ks.codec.codebook), (*vs.storage, vs.codec.rotation, vs.codec.codebook), ks.n_quantized, mx.float16)
         res['past, both sides (decode_turbo_pair)'] = timed(pair, repeats)
+    if type(ks.codec) is AffineCodec and type(vs.codec) is AffineCodec:
+        pair = lambda: decode_affine_pair((*ks.storage, ks.codec.bits, ks.codec.group_size), (*vs.storage, vs.codec.bits, vs.codec.group_size), ks.n_quantized, mx.float16)
+        res['past, both sides (decode_affine_pair)'] = timed(pair, repeats)
     if type(ks.codec) is TurboCodec:
         res['past keys'] = timed(lambda: A._rotated_past(ks, mx.float16), repeats)
         res['past values'] = timed(lambda: A._rotated_past(vs, mx.float16), repeats)

@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -297,24 +297,31 @@ def _prefill_sdpa(queries, keys, values, scale, mask, sinks):
     k, v = keys.dequantize(queries.dtype), values.dequantize(queries.dtype)
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask, sinks=sinks)
 
-PREFILL_PAIR = True   # CUDA: several query tokens over turbo sides take `_turbo_prefill` (False, benches only: `_prefill_sdpa`'s rotated route)
+PREFILL_PAIR = True   # CUDA: several query tokens over two turbo or two affine sides take `_pair_prefill` (False, benches only: `_prefill_sdpa`, the route before it)
 
 def _exact_len(x): return 0 if x is None else x.shape[-2]
 
-def _turbo_prefill(queries, keys, values, scale, mask, sinks):
-    """Several query tokens over two turbo sides on CUDA: both sides' held tokens decoded to the model's space in one
-    launch (`decode_turbo_pair`, the storages read in place), the exact segments joined, MLX's fused SDPA over them: no
-    rotation of the queries or the output, nothing sliced. None where it does not apply (the general path takes the call
-    and names any error)"""
+def _pair_prefill(queries, keys, values, scale, mask, sinks):
+    """Several query tokens over two turbo or two affine sides on CUDA: both sides' held tokens decoded to the model's
+    space in one launch (`decode_turbo_pair` / `decode_affine_pair`: the storages read in place), the exact segments
+    joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. None where it does not
+    apply (the general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
-    if (type(kc) is not TurboCodec or type(vc) is not TurboCodec or not n or n != values.n_quantized
-            or len(keys.storage) != 2 or len(values.storage) != 2 or kc.dim != queries.shape[-1]
+    kind, D = type(kc), queries.shape[-1]
+    if (kind is not type(vc) or kind not in (TurboCodec, AffineCodec) or not n or n != values.n_quantized
             or _exact_len(keys.head) != _exact_len(values.head) or _exact_len(keys.tail) != _exact_len(values.tail)
             or queries.shape[1] % keys.storage[0].shape[1]): return None
-    B, H = keys.storage[0].shape[:2]
-    L = _exact_len(keys.head) + n + _exact_len(keys.tail)
-    if 2 * B * H * L * max(kc.dim, vc.dim or 0) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
-    k, v = decode_turbo_pair((*keys.storage, kc.rotation, kc.codebook), (*values.storage, vc.rotation, vc.codebook), n, queries.dtype)
+    ks, vs = keys.storage, values.storage
+    if kind is TurboCodec:
+        if len(ks) != 2 or len(vs) != 2 or kc.dim != D: return None
+        dk, dv = kc.dim, vc.dim
+    else:
+        if len(ks) != 3 or len(vs) != 3 or ks[0].shape[-1] * 32 != D * kc.bits: return None
+        dk, dv = D, vs[0].shape[-1] * 32 // vc.bits
+    B, H = ks[0].shape[:2]
+    if B * H * (_exact_len(keys.head) + n + _exact_len(keys.tail)) * (dk + dv) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
+    if kind is TurboCodec: k, v = decode_turbo_pair((*ks, kc.rotation, kc.codebook), (*vs, vc.rotation, vc.codebook), n, queries.dtype)
+    else: k, v = decode_affine_pair((*ks, kc.bits, kc.group_size), (*vs, vc.bits, vc.group_size), n, queries.dtype)
     if _exact_len(keys.head) or _exact_len(keys.tail):
         k = mx.concatenate([x.astype(queries.dtype) for x in (keys.head, k, keys.tail) if x is not None and x.shape[-2]], axis=-2)
         v = mx.concatenate([x.astype(queries.dtype) for x in (values.head, v, values.tail) if x is not None and x.shape[-2]], axis=-2)
@@ -772,7 +779,7 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
         out = _fast_final(queries, keys, values, scale)
         if out is not None: return out
     elif queries.shape[2] > 1 and PREFILL_PAIR and kernel_backend() == 'cuda':
-        out = _turbo_prefill(queries, keys, values, scale, mask, sinks)
+        out = _pair_prefill(queries, keys, values, scale, mask, sinks)
         if out is not None: return out
     B, Hq, Lq, D, ksegs, vsegs, Hkv, G = attention_layout(queries, keys, values)
     kplan = side_plan(keys.codec, D) if keys.n_quantized else None

@@ -16,12 +16,13 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'packed_words', 'pack_ref', 'unpack_ref', 'pack',
-           'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend',
-           'kernel_dir', 'make_kernel', 'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair',
-           'fused_dequantize_unpack', 'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut',
-           'quantize_pack_pair', 'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage',
-           'decode_turbo_pair', 'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'packed_words', 'pack_ref',
+           'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
+           'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
+           'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
+           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
+           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'decode_affine_pair', 'decode_turbo_pair',
+           'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -790,12 +791,18 @@ _DP_SIDE = r"""
             if (s + BITS > 32) val |= wr[w + 1] << (32 - s);
             v[e] = nrm * c@[val & ((1u << BITS) - 1u)];
         }
-""" + _FWHT_CUDA + r"""        for (int e = 0; e < E; ++e) o@[r * N + lane * E + e] = static_cast<T>(v[e] * scale * g@[lane * E + e]);
+""" + _FWHT_CUDA + r"""        T* out = o@ + r * N + lane * E;     // E neighbours: stored two at a time where E is even
+        if (E == 1) out[0] = static_cast<T>(v[0] * scale * g@[lane]);
+        else for (int e = 0; e + 1 < E; e += 2) {
+            KVQ_T2 p; p.a = static_cast<T>(v[e] * scale * g@[lane * E + e]); p.b = static_cast<T>(v[e + 1] * scale * g@[lane * E + e + 1]);
+            *reinterpret_cast<KVQ_T2*>(out + e) = p;
+        }
     }
 """
 # both sides of a turbo layer's past decoded to the model's space in one launch: warps 0 .. rows-1 take key rows (token t
 # of head bh), the next rows value rows; each side's storage read in place (capacity meta[2] / meta[3] tokens per head)
 _DP_CUDA = r"""
+    struct alignas(2 * sizeof(T)) KVQ_T2 { T a, b; };
     const int lane = threadIdx.x & 31;
     const size_t rows = (size_t)meta[0];
     const size_t pr = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
@@ -835,6 +842,89 @@ def _check_storage(words, norms, what):
     if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or words.dtype != mx.uint32 or norms.shape != (*words.shape[:-1], 1):
         raise ValueError(f"{what} takes storage words uint32 (B, H, capacity, W) and norms (B, H, capacity, 1), got "
                          f"{getattr(words, 'dtype', type(words).__name__)} {getattr(words, 'shape', '')} and {getattr(norms, 'shape', type(norms).__name__)}")
+
+# both sides of an affine layer's past (MLX's `quantize` layout: codes low bits first in uint32 words, a float16 scale and
+# bias per group) decoded in one launch: a thread per word, its 32 / BITS codes scale * code + bias, stored two at a time
+_AP_SIDE = r"""
+        constexpr int D = D@, BITS = B@, GS = G@, WD = D@ * B@ / 32, PER = 32 / B@;
+        const size_t j = i % WD, r = i / WD;
+        const unsigned int bh = (unsigned int)(r / (unsigned int)meta[1]), t = (unsigned int)(r - (size_t)bh * meta[1]);
+        const size_t row = (size_t)bh * meta[CAP] + t;
+        const unsigned int word = w@[row * WD + j];
+        const size_t g = row * (D / GS) + (j * PER) / GS;
+        const float sc = (float)s@[g], bi = (float)b@[g];
+        T* out = o@ + r * D + j * PER;
+        for (int e = 0; e < PER; e += 2) {
+            KVQ_T2 p;
+            p.a = static_cast<T>(sc * (float)((word >> (e * BITS)) & ((1u << BITS) - 1u)) + bi);
+            p.b = static_cast<T>(sc * (float)((word >> ((e + 1) * BITS)) & ((1u << BITS) - 1u)) + bi);
+            *reinterpret_cast<KVQ_T2*>(out + e) = p;
+        }
+"""
+def _ap_side(x, cap):
+    "The affine side `x` ('K' or 'V': inputs wk, sk, bk, output ok, ...) of `_AP_CUDA`, its capacity at meta[cap]"
+    y = x.lower()
+    return (_AP_SIDE.replace("CAP", cap).replace("w@", "w" + y).replace("s@", "s" + y).replace("b@", "b" + y)
+            .replace("o@", "o" + y).replace("@", x))
+_AP_CUDA = r"""
+    struct alignas(2 * sizeof(T)) KVQ_T2 { T a, b; };
+    const size_t rows = (size_t)meta[0];
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t nk = rows * (DK * BK / 32);
+    if (idx >= nk + rows * (DV * BV / 32)) return;
+    if (idx < nk) {
+        const size_t i = idx;""" + _ap_side("K", "2") + r"""    } else {
+        const size_t i = idx - nk;""" + _ap_side("V", "3") + "    }\n"
+
+_APK = {}
+def _affine_pair_kernel():
+    if "k" not in _APK:
+        _APK["k"] = make_kernel("cuda", "mlx_kvq_decode_affine_pair", ["wk", "sk", "bk", "wv", "sv", "bv", "meta"], ["ok", "ov"], _AP_CUDA)
+    return _APK["k"]
+
+AFFINE_PAIR_BITS = (1, 2, 4, 8)   # the widths whose codes never straddle a word (3, 5 and 6 bits decode by MLX's dequantize)
+
+def _affine_side(w, s, b, bits, gs, n, dtype):
+    "One affine side's first n held tokens by MLX's dequantize of the slices, in `dtype` (what `AffineCodec.decode` gives)"
+    return mx.dequantize(w[..., :n, :], s[..., :n, :].astype(dtype), b[..., :n, :].astype(dtype), group_size=gs, bits=bits).astype(dtype)
+def _ap_reference(k, v, n, dtype): return tuple(_affine_side(*x, n, dtype) for x in (k, v))
+def _ap_class(k, v, n, dtype): return tuple((x[0].shape[-1], x[3], x[4], str(x[1].dtype)) for x in (k, v)) + (str(dtype),)
+
+def _fused_affine_pair(k, v, n, dtype):
+    (wk, sk, bk, BK, GK), (wv, sv, bv, BV, GV) = k, v
+    B, H = wk.shape[:2]; rows = B * H * n; DK, DV = wk.shape[-1] * 32 // BK, wv.shape[-1] * 32 // BV
+    threads = rows * (wk.shape[-1] + wv.shape[-1])
+    return tuple(_affine_pair_kernel()(
+        inputs=[wk, sk, bk, wv, sv, bv, _meta3(rows, n, wk.shape[-2], wv.shape[-2])],
+        template=[("DK", DK), ("BK", BK), ("GK", GK), ("DV", DV), ("BV", BV), ("GV", GV), ("T", dtype)],
+        grid=(-(-threads // 256) * 256, 1, 1), threadgroup=(256, 1, 1),
+        output_shapes=[(B, H, n, DK), (B, H, n, DV)], output_dtypes=[dtype, dtype]))
+
+_APGUARDS = {}
+def decode_affine_pair(k, v, n, dtype):
+    """The first `n` held tokens of both sides of an affine layer in `dtype`: `k` and `v` are (words (B, H, capacity, W),
+    scales, biases (B, H, capacity, groups), bits, group_size), as `mx.quantize` makes them. What `AffineCodec.decode`
+    gives for the slices. On CUDA, for widths of `AFFINE_PAIR_BITS`, one launch for both sides that reads the storages in
+    place (verified on first use); elsewhere MLX's dequantize of the slices."""
+    for x, nm in ((k, "keys"), (v, "values")):
+        if not isinstance(x, (tuple, list)) or len(x) != 5: raise ValueError(f"decode_affine_pair: {nm} must be (words, scales, biases, bits, group_size)")
+        w, sc, bi, bits, gs = x
+        if not isinstance(w, mx.array) or w.ndim != 4 or w.dtype != mx.uint32 or (w.shape[-1] * 32) % bits or (w.shape[-1] * 32 // bits) % gs:
+            raise ValueError(f"decode_affine_pair: {nm} words must be uint32 (B, H, capacity, W) holding whole groups of {gs} codes of {bits} bits, got "
+                             f"{getattr(w, 'dtype', type(w).__name__)} {getattr(w, 'shape', '')}")
+        g = (*w.shape[:-1], w.shape[-1] * 32 // bits // gs)
+        if not all(isinstance(a, mx.array) and a.shape == g for a in (sc, bi)):
+            raise ValueError(f"decode_affine_pair: {nm} scales and biases must be {g}, got {getattr(sc, 'shape', sc)} and {getattr(bi, 'shape', bi)}")
+    if k[0].shape[:2] != v[0].shape[:2]: raise ValueError(f"decode_affine_pair: keys of {k[0].shape[:2]} (batch, heads) and values of {v[0].shape[:2]} disagree")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= min(k[0].shape[-2], v[0].shape[-2]):
+        raise ValueError(f"decode_affine_pair: n must be an integer in 1..{min(k[0].shape[-2], v[0].shape[-2])} (the tokens the storages hold), got {n!r}")
+    B, H = k[0].shape[:2]
+    if (kernel_backend() != "cuda" or k[3] not in AFFINE_PAIR_BITS or v[3] not in AFFINE_PAIR_BITS
+            or dtype not in (mx.float32, mx.float16, mx.bfloat16) or B * H * n * (k[0].shape[-1] + v[0].shape[-1]) >= 2 ** 31):
+        return _ap_reference(k, v, n, dtype)
+    if "cuda" not in _APGUARDS:
+        _APGUARDS["cuda"] = GuardedKernel("cuda decode_affine_pair", _fused_affine_pair, _ap_reference, _ap_class, _dp_agree)
+    return _APGUARDS["cuda"](tuple(k), tuple(v), n, dtype)
 
 _DPGUARDS = {}
 def decode_turbo_pair(k, v, n, dtype):

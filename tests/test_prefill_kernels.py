@@ -21,7 +21,7 @@ def emulated(monkeypatch):
     monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
     monkeypatch.setattr(P, 'INCLUDE', False)
     monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
-    monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {})
+    monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {}); monkeypatch.setattr(P, '_APK', {}); monkeypatch.setattr(P, '_APGUARDS', {})
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])
@@ -102,6 +102,11 @@ def test_prefill_kernels_compile(ty):
     head = f"constexpr int NK = 128;\nconstexpr int BK = 4;\nconstexpr int WK = 16;\nconstexpr int NV = 256;\nconstexpr int BV = 3;\nconstexpr int WV = 24;\nconstexpr int WARPS = 4;\nusing T = {ty};\n"
     side = [('w', 'uint32_t'), ('n', '__half'), ('c', 'float'), ('g', 'float')]
     regs, spill, _ = CR.compile_ptxas('dp', CR.wrap('dp', head + P._DP_CUDA, [(a + 'k', t) for a, t in side] + [(a + 'v', t) for a, t in side] + [('meta', 'int32_t')],
+                                                    [('ok', ty), ('ov', ty)]), 'sm_90')
+    assert 0 < regs <= 255 and spill == 0
+    head = f"constexpr int DK = 128;\nconstexpr int BK = 8;\nconstexpr int GK = 64;\nconstexpr int DV = 128;\nconstexpr int BV = 4;\nconstexpr int GV = 32;\nusing T = {ty};\n"
+    side = [('w', 'uint32_t'), ('s', '__half'), ('b', '__half')]
+    regs, spill, _ = CR.compile_ptxas('ap', CR.wrap('ap', head + P._AP_CUDA, [(a + 'k', t) for a, t in side] + [(a + 'v', t) for a, t in side] + [('meta', 'int32_t')],
                                                     [('ok', ty), ('ov', ty)]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
 
@@ -201,8 +206,8 @@ def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
 
 
 @pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5)])
-def test_turbo_prefill_route_over_a_turbo_past(emulated, monkeypatch, kv, window):
-    """A chunk of queries through `attend` on the CUDA route (`_turbo_prefill`: both pasts decoded to the model's space in
+def test_pair_prefill_route_over_a_turbo_past(emulated, monkeypatch, kv, window):
+    """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
     one emulated launch, exact window tokens joined, fused SDPA) agrees with `codec_attention`; the previous rotated
     route (`PREFILL_PAIR = False`) gives the same"""
     from mlx_kvq import attention as A
@@ -223,6 +228,87 @@ def test_turbo_prefill_route_over_a_turbo_past(emulated, monkeypatch, kv, window
         warnings.simplefilter('error')
         got = A.attend(q, ks, vs, scale=0.125, mask='causal')
     assert len(calls) == 1 and all(P._DPGUARDS['cuda'].state.values())     # the pair route served it, its kernel verified
+    ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
+    err = mx.abs(got.astype(mx.float32) - ref).max().item()
+    assert got.shape == q.shape and got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
+    monkeypatch.setattr(A, 'PREFILL_PAIR', False)
+    old = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    assert len(calls) == 1 and mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
+
+
+def _affine_storage(bits, gs, dim, cap, key):
+    "(words, scales, biases, bits, group_size) of `cap` random tokens per head as `AffineCodec` stores them, and the codec"
+    from mlx_kvq.codecs import AffineCodec
+    c = AffineCodec(bits, gs)
+    return (*c.encode(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key))), bits, gs), c
+
+
+@pytest.mark.parametrize('kspec,vspec', [((4, 64, 64), (4, 64, 64)), ((8, 64, 128), (4, 32, 128)), ((2, 128, 256), (1, 32, 64))])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_decode_affine_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype):
+    """Both affine sides in one launch (MLX's packing read in place: storages of capacity 12 and 10 holding 7 tokens)
+    equal `AffineCodec.decode` of the held slices, up to the dtype's rounding"""
+    k, kc = _affine_storage(*kspec, 12, 1)
+    v, vc = _affine_storage(*vspec, 10, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        K, V = P.decode_affine_pair(k, v, 7, dtype)
+    assert P._APGUARDS['cuda'].state[P._ap_class(k, v, 7, dtype)] is True
+    for got, x, c, d in ((K, k, kc, kspec[2]), (V, v, vc, vspec[2])):
+        ref = c.decode(tuple(a[..., :7, :] for a in x[:3]), mx.float32)
+        assert got.shape == (2, 3, 7, d) and got.dtype == dtype
+        assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
+
+
+def test_a_wrong_affine_pair_kernel_is_refused_and_other_widths_take_mlx(emulated, monkeypatch):
+    "Not vacuous: codes read high bits first disagree and are refused; 3-bit sides never launch (MLX's dequantize)"
+    k, kc = _affine_storage(4, 64, 64, 9, 1)
+    v, vc = _affine_storage(4, 64, 64, 9, 2)
+    wrong = P._AP_CUDA.replace('(word >> (e * BITS))', '(word >> (32 - (e + 1) * BITS))')
+    assert wrong != P._AP_CUDA
+    monkeypatch.setattr(P, '_AP_CUDA', wrong)
+    with pytest.warns(RuntimeWarning, match='decode_affine_pair'):
+        K, V = P.decode_affine_pair(k, v, 9, mx.float32)
+    assert P._APGUARDS['cuda'].state[P._ap_class(k, v, 9, mx.float32)] is False
+    assert mx.allclose(K, kc.decode(k[:3]), atol=1e-5) and mx.allclose(V, vc.decode(v[:3]), atol=1e-5)
+    k3, kc3 = _affine_storage(3, 64, 64, 9, 3)
+    K3, _ = P.decode_affine_pair(k3, v, 5, mx.float16)
+    assert mx.array_equal(K3, kc3.decode(tuple(a[..., :5, :] for a in k3[:3]), mx.float16))
+    assert all(cls[0][1] != 3 for cls in P._APGUARDS['cuda'].state)       # no 3-bit class was ever launched
+
+
+def test_decode_affine_pair_refuses_bad_input():
+    k, _ = _affine_storage(4, 64, 64, 9, 1)
+    v, _ = _affine_storage(8, 64, 64, 9, 2)
+    for n in (0, 10, 1.5, False):
+        with pytest.raises(ValueError, match='n must be an integer in 1..9'):
+            P.decode_affine_pair(k, v, n, mx.float16)
+    with pytest.raises(ValueError, match='scales and biases must be'):
+        P.decode_affine_pair((k[0], k[1][..., :5, :], *k[2:]), v, 3, mx.float16)
+    with pytest.raises(ValueError, match='whole groups'):
+        P.decode_affine_pair((k[0][..., :3], *k[1:]), v, 3, mx.float16)
+    with pytest.raises(ValueError, match='disagree'):
+        P.decode_affine_pair(k, tuple(a[:1] if isinstance(a, mx.array) else a for a in v), 3, mx.float16)
+
+
+@pytest.mark.parametrize('kv', ['affine:4', 'affine:8,4'])
+def test_pair_prefill_route_over_an_affine_past(emulated, monkeypatch, kv):
+    "The affine prefill route (`decode_affine_pair`, one emulated launch) agrees with `codec_attention` and with the previous route"
+    from mlx_kvq import attention as A
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.codecs import codec_attention, AffineCodec
+    monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
+    kb, _, vb = kv.split(':')[1].partition(',')
+    cache = CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)))
+    cache.update_and_fetch(mx.random.normal((1, 2, 40, 64), key=mx.random.key(1)).astype(mx.float16), mx.random.normal((1, 2, 40, 64), key=mx.random.key(2)).astype(mx.float16))
+    ks, vs = cache.update_and_fetch(mx.random.normal((1, 2, 8, 64), key=mx.random.key(3)).astype(mx.float16), mx.random.normal((1, 2, 8, 64), key=mx.random.key(4)).astype(mx.float16))
+    q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
+    calls = []
+    monkeypatch.setattr(A, 'decode_affine_pair', lambda *a: calls.append(a) or P.decode_affine_pair(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    assert len(calls) == 1 and P._APGUARDS['cuda'].state and all(P._APGUARDS['cuda'].state.values())
     ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
     err = mx.abs(got.astype(mx.float32) - ref).max().item()
     assert got.shape == q.shape and got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
