@@ -31,6 +31,7 @@
 #       prefillprof (bench/prefill_profile.py: a 16K prompt in 2048-token chunks, ms per chunk, and one layer's update / attention pieces at a 14K past: about 3 min)
 #       prefillab (prefill_profile.py, the pair routes against the previous ones (SCHEME/previous), fp16 first and last: about 1 min)
 #       prefillncu (bench/prefill_ncu.py: every kernel of one layer's prefill chunk under Nsight Compute, fp16 / turbo:4 / affine:4, each pair route and previous; and bench/check_prefill_pair.py: about 5 min)
+#       pairfinal (check_prefill_pair, the turbo:4 layer chunk's kernels under Nsight Compute, prefillab, then check_decode_steps cut at 230 s: about 8 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -156,6 +157,11 @@ case $part in
            for s in fp16 turbo:4 turbo:4/previous affine:4 affine:4/previous; do f="$O/ncu_$(echo $s | tr ':/,' '___').csv"
              timeout 120 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py $s > "$f" 2> "${f%.csv}.err"; done
            python3 bench/prefill_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt" ;;
+  pairfinal) timeout 200 python3 bench/check_prefill_pair.py > "$O/check_pair.log" 2>&1; tail -2 "$O/check_pair.log"; grep FAIL "$O/check_pair.log"
+           timeout 100 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py turbo:4 > "$O/ncu_turbo_4.csv" 2> "$O/ncu_turbo_4.err"
+           python3 bench/prefill_ncu.py --parse "$O/ncu_turbo_4.csv" > "$O/kernels.txt"; grep -E "##|decode_turbo_pair" "$O/kernels.txt"; rm -f "$O/ncu_turbo_4.csv"
+           bash bench/gpu_round.sh prefillab "$O"
+           timeout 230 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps_run.log" 2>&1; tail -2 "$O/steps_run.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -780,10 +780,17 @@ def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
     return _DTGUARDS["cuda"](words, norms, n, codebook, dim, dtype)
 
 _DP_SIDE = r"""
-    {   // side @: the codes of one held token, norm * centroid, back through the rotation (butterflies, 1/sqrt(N), signs)
-        constexpr int N = N@, E = N@ / 32, BITS = B@, W = W@;
-        const unsigned int* wr = w@ + ((size_t)bh * meta[CAP@] + t) * W;
-        const float nrm = (float)n@[(size_t)bh * meta[CAP@] + t];
+    {   // side @: L lanes per token (32 / L tokens per warp, E = N / L codes per lane): norm * centroid of each code, back
+        // through the rotation (butterflies in the lane, then across the L lanes by shuffles, 1/sqrt(N), signs)
+        constexpr int N = N@, L = (N@ / 4 < 32 ? N@ / 4 : 32), E = N@ / L, BITS = B@, W = W@;
+        const size_t r = (pw - WOFF) * (32 / L) + lw / L;
+        const int lane = lw % L;
+        const bool live = r < rows;                      // a warp's last tokens may be past the end: they shuffle, never store
+        const size_t rr = live ? r : 0;
+        const unsigned int bh = (unsigned int)(rr / (unsigned int)meta[1]), t = (unsigned int)(rr - (size_t)bh * meta[1]);
+        const size_t row = (size_t)bh * meta[CAP] + t;
+        const unsigned int* wr = w@ + row * W;
+        const float nrm = (float)n@[row];
         float v[E];
         for (int e = 0; e < E; ++e) {
             const int p = (lane * E + e) * BITS, w = p >> 5, s = p & 31;
@@ -791,27 +798,33 @@ _DP_SIDE = r"""
             if (s + BITS > 32) val |= wr[w + 1] << (32 - s);
             v[e] = nrm * c@[val & ((1u << BITS) - 1u)];
         }
-""" + _FWHT_CUDA + r"""        T* out = o@ + r * N + lane * E;     // E neighbours: stored two at a time where E is even
-        if (E == 1) out[0] = static_cast<T>(v[0] * scale * g@[lane]);
-        else for (int e = 0; e + 1 < E; e += 2) {
-            KVQ_T2 p; p.a = static_cast<T>(v[e] * scale * g@[lane * E + e]); p.b = static_cast<T>(v[e + 1] * scale * g@[lane * E + e + 1]);
-            *reinterpret_cast<KVQ_T2*>(out + e) = p;
+""" + _FWHT_CUDA.replace("m < 32", "m < L") + r"""        if (live) {
+            T* out = o@ + r * N + lane * E;              // E neighbours, stored four at a time
+            for (int e = 0; e < E; e += 4) {
+                KVQ_T4 q;
+                q.a = static_cast<T>(v[e] * scale * g@[lane * E + e]); q.b = static_cast<T>(v[e + 1] * scale * g@[lane * E + e + 1]);
+                q.c = static_cast<T>(v[e + 2] * scale * g@[lane * E + e + 2]); q.d = static_cast<T>(v[e + 3] * scale * g@[lane * E + e + 3]);
+                *reinterpret_cast<KVQ_T4*>(out + e) = q;
+            }
         }
     }
 """
-# both sides of a turbo layer's past decoded to the model's space in one launch: warps 0 .. rows-1 take key rows (token t
-# of head bh), the next rows value rows; each side's storage read in place (capacity meta[2] / meta[3] tokens per head)
+def _dp_side(x, cap, woff):
+    "The turbo side `x` ('K' or 'V': inputs wk, nk, ck, gk, output ok, ...) of `_DP_CUDA`, its capacity at meta[cap], its first warp `woff`"
+    y = x.lower()
+    return (_DP_SIDE.replace("CAP", cap).replace("WOFF", woff).replace("w@", "w" + y).replace("n@", "n" + y).replace("c@", "c" + y)
+            .replace("g@", "g" + y).replace("o@", "o" + y).replace("@", x))
+# both sides of a turbo layer's past decoded to the model's space in one launch: the first warps take key tokens (token t
+# of head bh), the next ones value tokens; each side's storage read in place (capacity meta[2] / meta[3] tokens per head)
 _DP_CUDA = r"""
-    struct alignas(2 * sizeof(T)) KVQ_T2 { T a, b; };
-    const int lane = threadIdx.x & 31;
+    struct alignas(4 * sizeof(T)) KVQ_T4 { T a, b, c, d; };
+    const int lw = threadIdx.x & 31;
     const size_t rows = (size_t)meta[0];
-    const size_t pr = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (pr >= 2 * rows) return;
-    const bool sv = pr >= rows;
-    const size_t r = sv ? pr - rows : pr;
-    const unsigned int bh = (unsigned int)(r / (unsigned int)meta[1]), t = (unsigned int)(r - (size_t)bh * meta[1]);
-    if (!sv)""" + _DP_SIDE.replace("@", "K").replace("CAPK", "2").replace("wK", "wk").replace("nK", "nk").replace("cK", "ck").replace("gK", "gk").replace("oK", "ok") + "    else" + \
-    _DP_SIDE.replace("@", "V").replace("CAPV", "3").replace("wV", "wv").replace("nV", "nv").replace("cV", "cv").replace("gV", "gv").replace("oV", "ov")
+    constexpr int TK = 32 / (NK / 4 < 32 ? NK / 4 : 32), TV = 32 / (NV / 4 < 32 ? NV / 4 : 32);   // tokens per warp
+    const size_t nwk = (rows + TK - 1) / TK;
+    const size_t pw = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (pw >= nwk + (rows + TV - 1) / TV) return;       // whole warps only: every lane of a live warp reaches the shuffles
+    if (pw < nwk)""" + _dp_side("K", "2", "0") + "    else" + _dp_side("V", "3", "nwk")
 
 _DPK = {}
 def _pair_decode_kernel():
@@ -832,10 +845,11 @@ def _fused_decode_pair(k, v, n, dtype):
     (wk, nk, rk, ck), (wv, nv, rv, cv) = k, v
     B, H, capk, WK = wk.shape; rows = B * H * n; NK, NV = rk.dim, rv.dim
     meta = _meta3(rows, n, capk, wv.shape[-2])
+    warps = sum(-(-rows // (32 // min(32, d // 4))) for d in (NK, NV))    # L = min(32, N / 4) lanes per token
     return tuple(_pair_decode_kernel()(
         inputs=[wk, nk, _scaled(ck, NK, 'centroids'), _signs_of(rk), wv, nv, _scaled(cv, NV, 'centroids'), _signs_of(rv), meta],
         template=[("NK", NK), ("BK", ck.bits), ("WK", WK), ("NV", NV), ("BV", cv.bits), ("WV", wv.shape[-1]), ("WARPS", _WARPS), ("T", dtype)],
-        grid=(-(-2 * rows // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+        grid=(-(-warps // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
         output_shapes=[(B, H, n, NK), (B, H, n, NV)], output_dtypes=[dtype, dtype]))
 
 def _check_storage(words, norms, what):
@@ -882,7 +896,7 @@ def _affine_pair_kernel():
         _APK["k"] = make_kernel("cuda", "mlx_kvq_decode_affine_pair", ["wk", "sk", "bk", "wv", "sv", "bv", "meta"], ["ok", "ov"], _AP_CUDA)
     return _APK["k"]
 
-AFFINE_PAIR_BITS = (1, 2, 4, 8)   # the widths whose codes never straddle a word (3, 5 and 6 bits decode by MLX's dequantize)
+AFFINE_PAIR_BITS = (4, 8)   # widths the kernel takes (verified on an H200, 2026-11-28; 1- and 2-bit sides disagreed with MLX's CUDA dequantize there, 3/5/6-bit codes straddle words): others decode by MLX's dequantize
 
 def _affine_side(w, s, b, bits, gs, n, dtype):
     "One affine side's first n held tokens by MLX's dequantize of the slices, in `dtype` (what `AffineCodec.decode` gives)"

@@ -155,7 +155,7 @@ def _turbo_storage(bits, dim, seed, cap, key):
     return (*P.quantize_pack_ref(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key)), c.rotation, c.codebook), c.rotation, c.codebook), c
 
 
-@pytest.mark.parametrize('kspec,vspec', [((4, 64), (4, 64)), ((3, 128), (2, 128)), ((4, 256), (8, 64))])
+@pytest.mark.parametrize('kspec,vspec', [((4, 64), (4, 64)), ((3, 128), (2, 128)), ((4, 256), (8, 64)), ((2, 32), (3, 512))])
 @pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
 def test_decode_turbo_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype):
     """Both sides decoded to the model's space in one launch (storages of capacity 12 and 10 holding 7 tokens, bits and
@@ -174,7 +174,7 @@ def test_decode_turbo_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype
 
 def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch):
     "Not vacuous: the kernel without the values' sign flips disagrees and the first-use check returns the reference"
-    wrong = P._DP_CUDA.replace('v[e] * scale * gv[lane * E + e]', 'v[e] * scale')
+    wrong = P._DP_CUDA.replace('v[e + 1] * scale * gv[lane * E + e + 1]', 'v[e + 1] * scale')
     assert wrong != P._DP_CUDA
     monkeypatch.setattr(P, '_DP_CUDA', wrong)
     k, kc = _turbo_storage(4, 64, 1, 9, 1)
@@ -243,7 +243,7 @@ def _affine_storage(bits, gs, dim, cap, key):
     return (*c.encode(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key))), bits, gs), c
 
 
-@pytest.mark.parametrize('kspec,vspec', [((4, 64, 64), (4, 64, 64)), ((8, 64, 128), (4, 32, 128)), ((2, 128, 256), (1, 32, 64))])
+@pytest.mark.parametrize('kspec,vspec', [((4, 64, 64), (4, 64, 64)), ((8, 64, 128), (4, 32, 128)), ((4, 128, 256), (8, 32, 64))])
 @pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
 def test_decode_affine_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype):
     """Both affine sides in one launch (MLX's packing read in place: storages of capacity 12 and 10 holding 7 tokens)
@@ -261,7 +261,7 @@ def test_decode_affine_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtyp
 
 
 def test_a_wrong_affine_pair_kernel_is_refused_and_other_widths_take_mlx(emulated, monkeypatch):
-    "Not vacuous: codes read high bits first disagree and are refused; 3-bit sides never launch (MLX's dequantize)"
+    "Not vacuous: codes read high bits first disagree and are refused; 1-, 2- and 3-bit sides never launch (MLX's dequantize)"
     k, kc = _affine_storage(4, 64, 64, 9, 1)
     v, vc = _affine_storage(4, 64, 64, 9, 2)
     wrong = P._AP_CUDA.replace('(word >> (e * BITS))', '(word >> (32 - (e + 1) * BITS))')
@@ -271,10 +271,11 @@ def test_a_wrong_affine_pair_kernel_is_refused_and_other_widths_take_mlx(emulate
         K, V = P.decode_affine_pair(k, v, 9, mx.float32)
     assert P._APGUARDS['cuda'].state[P._ap_class(k, v, 9, mx.float32)] is False
     assert mx.allclose(K, kc.decode(k[:3]), atol=1e-5) and mx.allclose(V, vc.decode(v[:3]), atol=1e-5)
-    k3, kc3 = _affine_storage(3, 64, 64, 9, 3)
-    K3, _ = P.decode_affine_pair(k3, v, 5, mx.float16)
-    assert mx.array_equal(K3, kc3.decode(tuple(a[..., :5, :] for a in k3[:3]), mx.float16))
-    assert all(cls[0][1] != 3 for cls in P._APGUARDS['cuda'].state)       # no 3-bit class was ever launched
+    for bits in (1, 2, 3):      # widths outside AFFINE_PAIR_BITS: MLX's dequantize of the slices, nothing launched
+        kx, kcx = _affine_storage(bits, 64, 64, 9, 3)
+        Kx, _ = P.decode_affine_pair(kx, v, 5, mx.float16)
+        assert mx.array_equal(Kx, kcx.decode(tuple(a[..., :5, :] for a in kx[:3]), mx.float16))
+    assert all(cls[0][1] in P.AFFINE_PAIR_BITS for cls in P._APGUARDS['cuda'].state)
 
 
 def test_decode_affine_pair_refuses_bad_input():
