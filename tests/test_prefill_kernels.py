@@ -205,37 +205,6 @@ def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
         P.decode_turbo_pair(k[:2], v, 2, mx.float16)
 
 
-@pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5)])
-def test_pair_prefill_route_over_a_turbo_past(emulated, monkeypatch, kv, window):
-    """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
-    one emulated launch, exact window tokens joined, fused SDPA) agrees with `codec_attention`; the previous rotated
-    route (`PREFILL_PAIR = False`) gives the same"""
-    from mlx_kvq import attention as A
-    from mlx_kvq.qcache import CodecKVCache
-    from mlx_kvq.codecs import codec_attention
-    monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
-    kb, _, vb = kv.split(':')[1].partition(',')
-    cache = CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window)
-    k0, v0 = mx.random.normal((1, 2, 40, 64), key=mx.random.key(1)), mx.random.normal((1, 2, 40, 64), key=mx.random.key(2))
-    cache.update_and_fetch(k0.astype(mx.float16), v0.astype(mx.float16))
-    k1, v1 = mx.random.normal((1, 2, 8, 64), key=mx.random.key(3)), mx.random.normal((1, 2, 8, 64), key=mx.random.key(4))
-    ks, vs = cache.update_and_fetch(k1.astype(mx.float16), v1.astype(mx.float16))
-    assert ks.storage[0].shape[-2] > ks.n_quantized and (ks.tail is not None and ks.tail.shape[-2] == window or not window)
-    q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
-    calls = []
-    monkeypatch.setattr(A, 'decode_turbo_pair', lambda *a: calls.append(a) or P.decode_turbo_pair(*a))
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        got = A.attend(q, ks, vs, scale=0.125, mask='causal')
-    assert len(calls) == 1 and all(P._DPGUARDS['cuda'].state.values())     # the pair route served it, its kernel verified
-    ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
-    err = mx.abs(got.astype(mx.float32) - ref).max().item()
-    assert got.shape == q.shape and got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
-    monkeypatch.setattr(A, 'PREFILL_PAIR', False)
-    old = A.attend(q, ks, vs, scale=0.125, mask='causal')
-    assert len(calls) == 1 and mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
-
-
 def _affine_storage(bits, gs, dim, cap, key):
     "(words, scales, biases, bits, group_size) of `cap` random tokens per head as `AffineCodec` stores them, and the codec"
     from mlx_kvq.codecs import AffineCodec
@@ -292,24 +261,32 @@ def test_decode_affine_pair_refuses_bad_input():
         P.decode_affine_pair(k, tuple(a[:1] if isinstance(a, mx.array) else a for a in v), 3, mx.float16)
 
 
-@pytest.mark.parametrize('kv', ['affine:4', 'affine:8,4'])
-def test_pair_prefill_route_over_an_affine_past(emulated, monkeypatch, kv):
-    "The affine prefill route (`decode_affine_pair`, one emulated launch) agrees with `codec_attention` and with the previous route"
+@pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 5)])
+def test_pair_prefill_route(emulated, monkeypatch, kv, window):
+    """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
+    one emulated launch of `decode_turbo_pair` / `decode_affine_pair`, exact window tokens joined, fused SDPA) agrees with
+    `codec_attention`; the previous route (`PREFILL_PAIR = False`) gives the same"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.codecs import codec_attention, AffineCodec
     monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
-    kb, _, vb = kv.split(':')[1].partition(',')
-    cache = CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)))
-    cache.update_and_fetch(mx.random.normal((1, 2, 40, 64), key=mx.random.key(1)).astype(mx.float16), mx.random.normal((1, 2, 40, 64), key=mx.random.key(2)).astype(mx.float16))
-    ks, vs = cache.update_and_fetch(mx.random.normal((1, 2, 8, 64), key=mx.random.key(3)).astype(mx.float16), mx.random.normal((1, 2, 8, 64), key=mx.random.key(4)).astype(mx.float16))
+    name, bits = kv.split(':')
+    kb, _, vb = bits.partition(',')
+    turbo = name == 'turbo'
+    cache = (CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window) if turbo
+             else CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)), window=window))
+    h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    cache.update_and_fetch(h(40, 1), h(40, 2))
+    ks, vs = cache.update_and_fetch(h(8, 3), h(8, 4))
+    assert ks.storage[0].shape[-2] > ks.n_quantized and (ks.tail is not None and ks.tail.shape[-2] == window or not window)
     q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
+    fn, guards = ('decode_turbo_pair', P._DPGUARDS) if turbo else ('decode_affine_pair', P._APGUARDS)
     calls = []
-    monkeypatch.setattr(A, 'decode_affine_pair', lambda *a: calls.append(a) or P.decode_affine_pair(*a))
+    monkeypatch.setattr(A, fn, lambda *a: calls.append(a) or getattr(P, fn)(*a))
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         got = A.attend(q, ks, vs, scale=0.125, mask='causal')
-    assert len(calls) == 1 and P._APGUARDS['cuda'].state and all(P._APGUARDS['cuda'].state.values())
+    assert len(calls) == 1 and guards['cuda'].state and all(guards['cuda'].state.values())     # the pair route served it, its kernel verified
     ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
     err = mx.abs(got.astype(mx.float32) - ref).max().item()
     assert got.shape == q.shape and got.dtype == mx.float16 and err <= 2e-3 * mx.abs(ref).max().item() + 1e-3, err
