@@ -945,7 +945,7 @@ def decode_turbo_pair(k, v, n, dtype):
     """The first `n` held tokens of both sides of a turbo layer, in the original (model's) space and `dtype`: `k` and `v`
     are (words (B, H, capacity, W), norms (B, H, capacity, 1), rotation, codebook). What `TurboCodec.decode` gives for the
     slices, cast. On CUDA, where both rotations are one sign-flipped Walsh-Hadamard block, one launch for both sides that
-    reads the storages in place (a warp per token; verified on first use); elsewhere the slices decoded and rotated back."""
+    reads the storages in place (min(32, N / 4) lanes per token; verified on first use); elsewhere the slices decoded and rotated back."""
     for s, nm in ((k, "keys"), (v, "values")):
         if not isinstance(s, (tuple, list)) or len(s) != 4: raise ValueError(f"decode_turbo_pair: {nm} must be (words, norms, rotation, codebook)")
         _check_storage(s[0], s[1], f"decode_turbo_pair ({nm})")
