@@ -56,6 +56,15 @@ def build_ms(model, caches, steps):
     return 1e3 * tot / steps
 
 
+def print_table(res, what, spread, digits):
+    "A markdown table of res (scheme -> per-round values): the median, the rounds' min-max, the ratio to fp16's median"
+    print(f"| scheme | {what} | {spread} | vs fp16 |\n| --- | ---: | ---: | ---: |")
+    f = st.median(res["fp16"]) if "fp16" in res else None
+    for kv, xs in res.items():
+        m = st.median(xs)
+        print(f"| {kv} | {m:.{digits}f} | {min(xs):.{digits}f}-{max(xs):.{digits}f} | {'-' if f is None else format(m / f, '.2f') + 'x'} |")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="llama-3.2-1b")
@@ -84,11 +93,7 @@ def main():
     print(f"# host build of one decode step, GPU code path with stand-in kernels: {a.shape} (random weights, float32), "
           f"{a.context} tokens, {a.steps} steps x {a.rounds} rounds; {platform.system()} {platform.machine()}, MLX {mx.__version__}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| scheme | build ms/step (median) | min-max | vs fp16 |\n| --- | ---: | ---: | ---: |")
-    f = st.median(res["fp16"]) if "fp16" in res else None
-    for kv in a.kv:
-        m = st.median(res[kv])
-        print(f"| {kv} | {m:.3f} | {min(res[kv]):.3f}-{max(res[kv]):.3f} | {'-' if f is None else format(m / f, '.2f') + 'x'} |")
+    print_table(res, "build ms/step (median)", "min-max", 3)
 
 
 if __name__ == "__main__": main()

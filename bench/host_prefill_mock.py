@@ -63,11 +63,7 @@ def main():
     print(f"# host build per layer and prefill chunk (update + attention), GPU code path with stand-in kernels; past {a.past}, "
           f"chunk {a.chunk}, {a.calls} calls x {a.rounds} rounds; {platform.system()} {platform.machine()}, MLX {mx.__version__}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| scheme | us per layer and chunk (median of rounds) | rounds' min-max | vs fp16 |\n| --- | ---: | ---: | ---: |")
-    f = st.median(res['fp16']) if 'fp16' in res else None
-    for kind in a.kv:
-        m = st.median(res[kind])
-        print(f"| {kind} | {m:.1f} | {min(res[kind]):.1f}-{max(res[kind]):.1f} | {'-' if f is None else format(m / f, '.2f') + 'x'} |")
+    H.print_table(res, "us per layer and chunk (median of rounds)", "rounds' min-max", 1)
 
 
 if __name__ == '__main__': main()

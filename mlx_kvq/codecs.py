@@ -9,6 +9,7 @@ from __future__ import annotations
 import json, math
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
+from .packing import affine_dequantize
 
 # %% auto #0
 __all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
@@ -101,7 +102,7 @@ class AffineCodec(Codec):
         w, s, b = parts
         if w.shape[-2] == 0: return mx.zeros((*w.shape[:-1], w.shape[-1] * 32 // self.bits), dtype)   # (mx.dequantize fails on no tokens)
         # scales/biases are stored float16; decoding in `dtype` keeps float32 decodes exact (as the attention products are)
-        return mx.dequantize(w, s.astype(dtype), b.astype(dtype), group_size=self.group_size, bits=self.bits).astype(dtype)
+        return affine_dequantize(w, s, b, self.bits, self.group_size, dtype)
     # The G query heads of a KV head are folded into rows, so `quantized_matmul` sees matching batch dims.
     # On MLX 0.32.4's CUDA backend `quantized_matmul` returned wrong products when batch dims broadcast
     # and has no float32 kernel for these shapes (both seen on an H100), so there the products decode

@@ -21,8 +21,8 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
            'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
            'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
-           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'decode_affine_pair', 'decode_turbo_pair',
-           'check_fused']
+           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize', 'decode_affine_pair',
+           'decode_turbo_pair', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -761,14 +761,18 @@ def _meta3(rows, n, *caps):
         _META3[key] = device_constant(np.array(key, np.int32))
     return _META3[key]
 
+def _check_storage(words, norms, what):
+    "A ValueError naming what a turbo side's storage must be, unless words (B, H, capacity, W) uint32 and norms (B, H, capacity, 1)"
+    if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or words.dtype != mx.uint32 or norms.shape != (*words.shape[:-1], 1):
+        raise ValueError(f"{what} takes storage words (B, H, capacity, W) of uint32 and norms (B, H, capacity, 1), got "
+                         f"{getattr(words, 'dtype', type(words).__name__)} {getattr(words, 'shape', '')} and {getattr(norms, 'shape', type(norms).__name__)}")
+
 _DTGUARDS = {}
 def decode_rotated_storage(words, norms, n, codebook, dim, dtype):
     """The first `n` tokens of a turbo side's storage (words (B, H, capacity, W), norms (B, H, capacity, 1)) in the rotated
     space, in `dtype`: `dequantize_unpack` of the slices, cast. On CUDA one launch that reads the storage in place
     (verified on first use); elsewhere the slices decoded and cast"""
-    if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or norms.shape != (*words.shape[:-1], 1):
-        raise ValueError(f"decode_rotated_storage takes storage words (B, H, capacity, W) and norms (B, H, capacity, 1), got "
-                         f"{getattr(words, 'shape', type(words).__name__)} and {getattr(norms, 'shape', type(norms).__name__)}")
+    _check_storage(words, norms, "decode_rotated_storage")
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= words.shape[-2]:
         raise ValueError(f"decode_rotated_storage: n must be an integer in 1..{words.shape[-2]} (the tokens the storage holds), got {n!r}")
     if (kernel_backend() != "cuda" or dim > MAX_FUSED_DIM
@@ -852,11 +856,6 @@ def _fused_decode_pair(k, v, n, dtype):
         grid=(-(-warps // _WARPS) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
         output_shapes=[(B, H, n, NK), (B, H, n, NV)], output_dtypes=[dtype, dtype]))
 
-def _check_storage(words, norms, what):
-    if not isinstance(words, mx.array) or not isinstance(norms, mx.array) or words.ndim != 4 or words.dtype != mx.uint32 or norms.shape != (*words.shape[:-1], 1):
-        raise ValueError(f"{what} takes storage words uint32 (B, H, capacity, W) and norms (B, H, capacity, 1), got "
-                         f"{getattr(words, 'dtype', type(words).__name__)} {getattr(words, 'shape', '')} and {getattr(norms, 'shape', type(norms).__name__)}")
-
 # both sides of an affine layer's past (MLX's `quantize` layout: codes low bits first in uint32 words, a float16 scale and
 # bias per group) decoded in one launch: a thread per word, its 32 / BITS codes scale * code + bias, stored two at a time
 _AP_SIDE = r"""
@@ -898,10 +897,10 @@ def _affine_pair_kernel():
 
 AFFINE_PAIR_BITS = (4, 8)   # widths the kernel takes (verified on an H200, 2026-11-28; 1- and 2-bit sides disagreed with MLX's CUDA dequantize there, 3/5/6-bit codes straddle words): others decode by MLX's dequantize
 
-def _affine_side(w, s, b, bits, gs, n, dtype):
-    "One affine side's first n held tokens by MLX's dequantize of the slices, in `dtype` (what `AffineCodec.decode` gives)"
-    return mx.dequantize(w[..., :n, :], s[..., :n, :].astype(dtype), b[..., :n, :].astype(dtype), group_size=gs, bits=bits).astype(dtype)
-def _ap_reference(k, v, n, dtype): return tuple(_affine_side(*x, n, dtype) for x in (k, v))
+def affine_dequantize(w, s, b, bits, group_size, dtype):
+    "MLX's `dequantize` of affine parts in `dtype` (scales and biases cast first: float32 decodes stay exact); what `AffineCodec.decode` returns"
+    return mx.dequantize(w, s.astype(dtype), b.astype(dtype), group_size=group_size, bits=bits).astype(dtype)
+def _ap_reference(k, v, n, dtype): return tuple(affine_dequantize(w[..., :n, :], s[..., :n, :], b[..., :n, :], bits, gs, dtype) for w, s, b, bits, gs in (k, v))
 def _ap_class(k, v, n, dtype): return tuple((x[0].shape[-1], x[3], x[4], str(x[1].dtype)) for x in (k, v)) + (str(dtype),)
 
 def _fused_affine_pair(k, v, n, dtype):
