@@ -38,6 +38,7 @@ def gpu_path():
     P._GPU_API[:] = ['cuda']
     for m in (P, A, Q): m.kernel_backend = lambda: 'cuda'
     P._agree_quantize = lambda *a: None
+    P._qa_agree = lambda *a: None          # the prefill append kernel's stand-in zeros
     A._agree_final = lambda *a: None
     A._agree_partial = lambda *a: None
 

@@ -30,6 +30,11 @@ class Codec:
     def encode_pair(self, other, keys, values):
         "(self.encode(keys), other.encode(values)): both sides of one cache update (codecs that quantize both in one launch override it)"
         return self.encode(keys), other.encode(values)
+    def encode_grown(self, other, old_k, old_v, prev, cap, keys, values):
+        """Both sides of an update quantized into new storages of `cap` tokens that also hold the first `prev` tokens of
+        the parts `old_k` / `old_v`, or None: the cache then concatenates `encode_pair`'s output (codecs with a one-launch
+        route override it)"""
+        return None
     def decode(self, parts, dtype=mx.float32): raise NotImplementedError
     def bytes_per_token(self, dim): raise NotImplementedError
     def config(self): raise NotImplementedError

@@ -78,11 +78,16 @@ class CodecKVCache(_BaseCache):
     def _n_tail(self): return 0 if self.tail_keys is None else self.tail_keys.shape[-2]
 
     def _append_quantized(self, keys, values):
-        kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)
         n, prev = keys.shape[-2], self.n_quantized
         cap = 0 if self.keys is None else self.keys[0].shape[-2]
-        if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step (one concatenation)
+        if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step
             grow = ((prev + n + self.step - 1) // self.step) * self.step - prev
+            got = self.k_codec.encode_grown(self.v_codec, self.keys, self.values, prev, prev + grow, keys, values) if prev else None
+            if got is not None:   # one launch (CUDA turbo pairs)
+                self.keys, self.values = got; self.n_quantized = prev + n
+                return
+        kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)
+        if prev + n > cap:   # one concatenation per part
             def grown(parts, new):
                 out = []
                 for i, x in enumerate(new):

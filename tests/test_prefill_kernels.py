@@ -22,6 +22,7 @@ def emulated(monkeypatch):
     monkeypatch.setattr(P, 'INCLUDE', False)
     monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
     monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {}); monkeypatch.setattr(P, '_APK', {}); monkeypatch.setattr(P, '_APGUARDS', {})
+    monkeypatch.setattr(P, '_READY', {}); monkeypatch.setattr(P, '_QAK', {}); monkeypatch.setattr(P, '_QAGUARDS', {}); monkeypatch.setattr(P, '_QAREADY', {})
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])
@@ -108,6 +109,11 @@ def test_prefill_kernels_compile(ty):
     side = [('w', 'uint32_t'), ('s', '__half'), ('b', '__half')]
     regs, spill, _ = CR.compile_ptxas('ap', CR.wrap('ap', head + P._AP_CUDA, [(a + 'k', t) for a, t in side] + [(a + 'v', t) for a, t in side] + [('meta', 'int32_t')],
                                                     [('ok', ty), ('ov', ty)]), 'sm_90')
+    assert 0 < regs <= 255 and spill == 0
+    head = f"constexpr int N = 128;\nconstexpr int BITS = 3;\nconstexpr int W = 12;\nconstexpr int E = 4;\nconstexpr bool ROTATE = true;\nconstexpr int WARPS = 4;\n"
+    regs, spill, _ = CR.compile_ptxas('qa', CR.wrap('qa', head + P._QA_CUDA, [('xk', ty), ('xv', ty), ('owk', 'uint32_t'), ('onk', '__half'), ('owv', 'uint32_t'), ('onv', '__half'),
+                                                                         ('sgk', 'float'), ('sgv', 'float'), ('bnk', 'float'), ('bnv', 'float'), ('meta', 'int32_t')],
+                                                    [('wk', 'uint32_t'), ('nk', '__half'), ('wv', 'uint32_t'), ('nv', '__half')]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
 
 
@@ -247,6 +253,33 @@ def test_a_wrong_affine_pair_kernel_is_refused_and_other_widths_take_mlx(emulate
     assert all(cls[0][1] in P.AFFINE_PAIR_BITS for cls in P._APGUARDS['cuda'].state)
 
 
+@pytest.mark.parametrize('turbo', [True, False])
+def test_a_verified_pair_decode_launches_again_without_the_guard(emulated, monkeypatch, turbo):
+    """After the first-use check, the next calls of a configuration launch the kept launch (no guard, nothing rebuilt):
+    other capacities and token counts decode right, and storage that does not fit it still gets the full checks' error"""
+    if turbo: (k, kc), (v, vc), fn, guards = _turbo_storage(4, 64, 1, 12, 1), _turbo_storage(3, 64, 2, 10, 2), P.decode_turbo_pair, '_DPGUARDS'
+    else: (k, kc), (v, vc), fn, guards = _affine_storage(4, 64, 64, 12, 1), _affine_storage(8, 32, 64, 10, 2), P.decode_affine_pair, '_APGUARDS'
+    p = 2 if turbo else 3      # storage parts per side
+    fn(k, v, 7, mx.float16)
+    assert len(P._READY) == 1
+    calls = []
+    monkeypatch.setattr(getattr(P, guards)['cuda'], 'shape_class', lambda *a: calls.append(a))   # the guard, were it asked
+    for cap, n in ((12, 5), (10, 10), (12, 1)):
+        kk = (*(x[..., :cap, :] for x in k[:p]), *k[p:]); vv = (*(x[..., :10, :] for x in v[:p]), *v[p:])
+        K, V = fn(kk, vv, n, mx.float16)
+        for got, side, c in ((K, kk, kc), (V, vv, vc)):
+            ref = c.decode(tuple(x[..., :n, :] for x in side[:p]))
+            assert got.shape == ref.shape and mx.abs(got.astype(mx.float32) - ref).max().item() <= 2e-3 * mx.abs(ref).max().item()
+    assert not calls                                   # every one of them took the kept launch
+    with pytest.raises(ValueError, match='n must be an integer'):
+        fn(k, v, 11, mx.float16)                       # more tokens than the values hold: not the kept launch's to take
+    with pytest.raises(ValueError, match='disagree'):
+        fn(k, (*(x[:1] for x in v[:p]), *v[p:]), 5, mx.float16)
+    assert not calls
+    fn(k, v, 7, mx.float32)                            # another dtype: its own first-use check
+    assert calls
+
+
 def test_decode_affine_pair_refuses_bad_input():
     k, _ = _affine_storage(4, 64, 64, 9, 1)
     v, _ = _affine_storage(8, 64, 64, 9, 2)
@@ -293,3 +326,83 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     monkeypatch.setattr(A, 'PREFILL_PAIR', False)
     old = A.attend(q, ks, vs, scale=0.125, mask='causal')
     assert len(calls) == 1 and mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
+
+
+def _append_case(bits, dim, dtype, prev=7, cap_old=12, n=5, cap=16):
+    "Old storages (capacity cap_old holding `prev` tokens) of a turbo pair, an update of n tokens, and the append's arguments"
+    kc, vc = TurboCodec(bits, seed=1), TurboCodec(bits, seed=2); kc.check_dim(dim); vc.check_dim(dim)
+    old = lambda c, key: c.encode(mx.random.normal((2, 3, cap_old, dim), key=mx.random.key(key)))
+    x = lambda key: (mx.random.normal((2, 3, n, dim), key=mx.random.key(key)) * 3).astype(dtype)
+    return (old(kc, 1), old(vc, 2), prev, cap, x(3), kc.rotation, kc.codebook, x(4), vc.rotation, vc.codebook), (kc, vc)
+
+
+@pytest.mark.parametrize('bits,dim,dtype', [(4, 64, mx.float16), (3, 128, mx.float32), (2, 32, mx.float16), (8, 256, mx.float16), (4, 128, mx.bfloat16)])
+def test_quantize_append_pair_grows_the_storages(emulated, bits, dim, dtype):
+    """One launch: the held tokens copied (capacity 12 -> 16, 7 held), the update quantized into rows 7..11 as the pair
+    kernel quantizes it (the codecs decode it back), the spare rows zero; the first-use check passed"""
+    args, (kc, vc) = _append_case(bits, dim, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        (wk, nk), (wv, nv) = P.quantize_append_pair(*args)
+    assert P._QAGUARDS['cuda'].state[P._qa_class(*args)] is True
+    (owk, onk), (owv, onv), prev, cap, xk, *_ = args
+    xv = args[7]
+    for got, old, x, c in (((wk, nk), (owk, onk), xk, kc), ((wv, nv), (owv, onv), xv, vc)):
+        assert got[0].shape == (2, 3, cap, owk.shape[-1]) and got[0].dtype == mx.uint32 and got[1].shape == (2, 3, cap, 1) and got[1].dtype == mx.float16
+        for g, o in zip(got, old):
+            assert mx.array_equal(g[..., :prev, :], o[..., :prev, :]) and not mx.any(g[..., prev + 5:, :]).item()
+        dec, ref = c.decode(tuple(g[..., prev:prev + 5, :] for g in got)), c.decode(c.encode(x.astype(mx.float32)))
+        assert mx.abs(dec - ref).max().item() <= 1e-2 * mx.abs(ref).max().item()     # the same codes (ties aside) and norms
+    again = P.quantize_append_pair(*args)                                                 # verified: the kept launch
+    assert all(mx.array_equal(a, b) for a, b in zip((*again[0], *again[1]), (wk, nk, wv, nv)))
+
+
+def test_a_wrong_append_kernel_is_refused(emulated, monkeypatch):
+    "Not vacuous: held tokens read with the new capacity as their stride disagree, and the first-use check returns the reference"
+    wrong = P._QA_CUDA.replace("[(bh * cap_old + t) * W", "[(bh * cap + t) * W")
+    assert wrong != P._QA_CUDA
+    monkeypatch.setattr(P, '_QA_CUDA', wrong)
+    args, _ = _append_case(4, 64, mx.float16)
+    with pytest.warns(RuntimeWarning, match='quantize_append'):
+        got = P.quantize_append_pair(*args)
+    assert P._QAGUARDS['cuda'].state[P._qa_class(*args)] is False
+    ref = P._qa_reference(*args)
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
+def test_quantize_append_pair_declines_what_it_does_not_take(emulated, monkeypatch):
+    "Nothing held, different widths, other storage, a rotation the kernel does not apply: None (the cache concatenates); off CUDA: None"
+    assert P.quantize_append_pair(*_append_case(4, 96, mx.float16)[0]) is None    # 96 dims: not one Walsh-Hadamard block
+    args, _ = _append_case(4, 64, mx.float16)
+    assert P.quantize_append_pair(*args[:2], 0, *args[3:]) is None
+    kc3 = TurboCodec(3, seed=1); kc3.check_dim(64)
+    assert P.quantize_append_pair(*args[:5], kc3.rotation, kc3.codebook, *args[7:]) is None
+    assert P.quantize_append_pair(args[0][:1], *args[1:]) is None
+    assert P.quantize_append_pair(*args[:3], 11, *args[4:]) is None       # capacity below held + new
+    assert not P._QAGUARDS
+    monkeypatch.setattr(P, 'kernel_backend', lambda: None)
+    assert P.quantize_append_pair(*args) is None
+
+
+@pytest.mark.parametrize('kv', ['turbo:4', 'turbo:3,2'])
+def test_prefill_chunks_grow_the_cache_as_the_cpu_path_does(emulated, monkeypatch, kv):
+    """Prompt chunks through a CodecKVCache on the emulated CUDA path (turbo:4: the append kernel grows the storage; turbo:3,2:
+    widths differ, the concatenations) hold what the CPU path's cache holds: the same tokens decoded, the same capacity"""
+    from mlx_kvq import qcache as Q
+    from mlx_kvq.qcache import CodecKVCache
+    kb, _, vb = kv.split(':')[1].partition(',')
+    monkeypatch.setattr(CodecKVCache, 'step', 16)     # capacity grows by 16 tokens (256 in use): small enough to emulate
+    make = lambda: CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1))
+    h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    chunks = [(h(L, 2 * i), h(L, 2 * i + 1)) for i, L in enumerate((20, 20, 20, 1))]
+    monkeypatch.setattr(P, 'kernel_backend', lambda: None); monkeypatch.setattr(Q, 'kernel_backend', lambda: None)
+    cpu = make()
+    for k, v in chunks: cpu.update_and_fetch(k, v)
+    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda'); monkeypatch.setattr(Q, 'kernel_backend', lambda: 'cuda')
+    gpu, calls = make(), []
+    monkeypatch.setattr(P, '_fused_append_pair', lambda *a, f=P._fused_append_pair: calls.append(a) or f(*a))
+    for k, v in chunks: gpu.update_and_fetch(k, v)
+    assert len(calls) == (2 if kb == (vb or kb) else 0)       # the growths after the first chunk (capacity 32 -> 48 -> 64; the last token fits)
+    assert gpu.keys[0].shape == cpu.keys[0].shape and gpu.n_quantized == cpu.n_quantized == 61
+    for a, b in zip(gpu.dequantized(), cpu.dequantized()):
+        assert mx.abs(a - b).max().item() <= 1e-2 * mx.abs(b).max().item()
