@@ -1,6 +1,8 @@
 """On the GPU itself: `packing.decode_turbo_pair` / `decode_affine_pair` (both sides of a layer's past decoded to the
 model's space in one launch) against the codecs' own decode of the held slices, and a prefill chunk through
-`attention.attend` (the `_pair_prefill` route) against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity.
+`attention.attend` (the `_pair_prefill` route) against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity;
+`packing.quantize_append_pair` (a prefill chunk quantized into grown storages) against the held slices, the reference
+quantization and zeros, and the kept launches of verified pair decodes at other token counts.
 
     python3 bench/check_prefill_pair.py        # prints one line per case and 'N failing' at the end"""
 import sys, warnings
@@ -40,6 +42,29 @@ def main():
             except Exception as e: ok, errs = False, [repr(e)[:200]]
             bad += not ok
             print(f"pair k {bk}b d{dk} v {bv}b d{dv} {dt}: rel err {errs} {'ok' if ok else 'FAIL'}")
+    for (bits, dim) in [(4, 64), (3, 128), (2, 256), (8, 128), (1, 64)]:     # a prefill chunk quantized into grown storages
+        for dt in (mx.float16, mx.bfloat16, mx.float32):
+            (k, kc), (v, vc) = side(bits, dim, 1, 300, bits + dim), side(bits, dim, 2, 300, bits + dim + 1)
+            errs = []
+            for n, prev, cap in ((100, 257, 512), (7, 300, 320), (256, 40, 512)):   # the first call checked by the guard, then its kept launch
+                x = lambda key: (mx.random.normal((2, 4, n, dim), key=mx.random.key(key)) * 2).astype(dt)
+                args = (k[:2], v[:2], prev, cap, x(n), kc.rotation, kc.codebook, x(n + 1), vc.rotation, vc.codebook)
+                try:
+                    out = P.quantize_append_pair(*args)
+                    why = 'declined' if out is None else P._qa_agree(out, P._qa_reference(*args), *args)
+                    ok = why is None and P._QAGUARDS['cuda'].state.get(P._qa_class(*args)) is True
+                except Exception as e: ok, why = False, repr(e)[:200]
+                errs.append(why)
+                bad += not ok
+            print(f"append pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
+    for (bk, dk), (bv, dv) in [((4, 64), (4, 64)), ((3, 128), (2, 256))]:   # kept launches of verified pair decodes: other counts
+        k, kc = side(bk, dk, 1, 300, 5); v, vc = side(bv, dv, 2, 280, 6)
+        for n in (1, 100, 280):
+            K, V = P.decode_turbo_pair(k, v, n, mx.float16)
+            refs = [c.decode((s[0][..., :n, :], s[1][..., :n, :])) for s, c in ((k, kc), (v, vc))]
+            err = max(mx.abs(got.astype(mx.float32) - r).max().item() / mx.abs(r).max().item() for got, r in zip((K, V), refs))
+            ok = err <= TOL[mx.float16]; bad += not ok
+            print(f"kept pair decode k {bk}b d{dk} v {bv}b d{dv} n {n}: rel err {err:.3g} {'ok' if ok else 'FAIL'}")
     for (bk, gk, dk), (bv, gv, dv) in [((4, 64, 64), (4, 64, 64)), ((8, 64, 128), (4, 64, 128)), ((2, 32, 256), (1, 128, 128)), ((8, 128, 256), (8, 32, 64))]:
         for dt in (mx.float16, mx.bfloat16, mx.float32):
             kc, vc = AffineCodec(bk, gk), AffineCodec(bv, gv)
