@@ -5,7 +5,8 @@ pieces at a given past (the cache's update of a chunk, its attention, and the at
 
 A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PREFILL_PAIR = False`: the route before
 `decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
-space; affine: each side dequantized by MLX from slices); a scheme named twice (e.g. fp16 first and
+space; affine: each side dequantized by MLX from slices); `SCHEME/noappend` with `packing.APPEND = False` (a turbo
+pair's growing update by the pair kernel and four concatenations, as before `quantize_append_pair`); a scheme named twice (e.g. fp16 first and
 last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import make_prompt_cache
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme
 from mlx_kvq.integrate import install
-from mlx_kvq import attention as A
+from mlx_kvq import attention as A, packing as P
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.packing import rotate_rows
 from mlx_lm.models.cache import KVCache
@@ -36,9 +37,10 @@ from mlx_kvq.codecs import AffineCodec
 
 
 def route(kv):
-    "(scheme, pair route on?) of a --kv entry; sets attention.PREFILL_PAIR for what follows"
+    "The scheme of a --kv entry; sets attention.PREFILL_PAIR and packing.APPEND for what follows"
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
+    P.APPEND = how != 'noappend'
     return base
 
 

@@ -16,8 +16,8 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'packed_words', 'pack_ref',
-           'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'APPEND', 'AFFINE_PAIR_BITS', 'packed_words',
+           'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
            'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
            'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
            'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_append_pair',
@@ -721,6 +721,7 @@ def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     new = lambda side: tuple(x[..., prev:prev + n, :] for x in side)
     return _agree_pair((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), xk, rk, ck, xv, rv, cv)
 
+APPEND = True   # CUDA: a turbo pair update that grows the storages quantized straight into them (False, benches only: the pair kernel and concatenations)
 _QAGUARDS = {}
 _QAREADY = {}
 def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
@@ -728,7 +729,7 @@ def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     tokens of the old ones (`old_k`, `old_v` = (words, norms), (B, H, capacity, .)): what the held slices, `quantize_pack_pair`
     of the update and zeros up to `cap`, concatenated per part, give. On CUDA, where the pair kernel takes the sides, one
     launch (verified on first use); None elsewhere (the caller concatenates)."""
-    if not (PAIR and kernel_backend() == "cuda" and prev > 0 and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
+    if not (PAIR and APPEND and kernel_backend() == "cuda" and prev > 0 and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
     key = (id(rk), id(ck), id(rv), id(cv), xk.dtype)
     got = _QAREADY.get(key)
     if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
