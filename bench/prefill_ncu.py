@@ -8,7 +8,8 @@ cost): the GPU time of each launch, and how many launches a chunk's layer makes.
 
 One layer of the Llama-3.2-1B shape (32 query / 8 KV heads, head dim 64, float16), past 14,336 tokens, chunk 2,048.
 Three warm iterations, then a marker kernel, then the measured iteration; `--parse` lists the kernels after the last
-marker. `SCHEME/previous` (or `/rotated`): `attention.PREFILL_PAIR = False` (the route before the pair kernels)."""
+marker. `SCHEME/previous` (or `/rotated`): `attention.PREFILL_PAIR = False` (the route before the pair kernels);
+`SCHEME/noappend`: `packing.APPEND = False` (a growing turbo update by the pair kernel and concatenations)."""
 import csv, sys
 from pathlib import Path
 
@@ -34,10 +35,11 @@ def parse(files):
 def main(kv):
     from mlx_lm.models.cache import KVCache
     from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme
-    from mlx_kvq import attention as A
+    from mlx_kvq import attention as A, packing as PK
     from mlx_kvq.integrate import install
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
+    PK.APPEND = how != 'noappend'
     install()
     model = shape_model('llama-3.2-1b', mx.float16)
     c = KVCache() if base == 'fp16' else bench_caches(model, _bench_scheme(base))[0]

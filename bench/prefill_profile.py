@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import make_prompt_cache
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme
 from mlx_kvq.integrate import install
-from mlx_kvq import attention as A, packing as P
+from mlx_kvq import attention as A, packing as PK
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.packing import rotate_rows
 from mlx_lm.models.cache import KVCache
@@ -40,7 +40,7 @@ def route(kv):
     "The scheme of a --kv entry; sets attention.PREFILL_PAIR and packing.APPEND for what follows"
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
-    P.APPEND = how != 'noappend'
+    PK.APPEND = how != 'noappend'
     return base
 
 
@@ -141,6 +141,7 @@ def main():
     p.add_argument('--kv', nargs='+', default=['fp16', 'affine:4', 'turbo:4'])
     p.add_argument('--repeats', type=int, default=9)
     p.add_argument('--skip-whole', action='store_true')
+    p.add_argument('--skip-layer', action='store_true', help='the whole model only')
     p.add_argument('--out')
     a = p.parse_args()
     knobs = apply_knobs()
@@ -162,15 +163,16 @@ def main():
             lines.append(f"| {kv} | " + " | ".join(f"{x:.1f}" for x in per) + f" | {tot:.1f} | {tps:,.0f} | {tps / base:.2f}x | {peak:.2f} |")
             print(lines[-1], flush=True)
     P = a.tokens - a.chunk
-    lines.append(f"\n## One layer, past {P} tokens + a chunk of {a.chunk}: ms (median of {a.repeats})\n")
     rows = {}
-    for kv in a.kv:
+    for kv in ([] if a.skip_layer else a.kv):
         if kv not in rows: rows[kv] = layer(model, kv, P, a.chunk, a.repeats)
-    a.kv = list(rows)
-    names = list(dict.fromkeys(n for r in rows.values() for n in r))
-    lines.append("| piece | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
-    for n in names: lines.append(f"| {n} | " + " | ".join('-' if n not in rows[kv] else f"{rows[kv][n]:.3f}" for kv in a.kv) + " |")
-    rec['layer'] = rows
+    if rows:
+        lines.append(f"\n## One layer, past {P} tokens + a chunk of {a.chunk}: ms (median of {a.repeats})\n")
+        a.kv = list(rows)
+        names = list(dict.fromkeys(n for r in rows.values() for n in r))
+        lines.append("| piece | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
+        for n in names: lines.append(f"| {n} | " + " | ".join('-' if n not in rows[kv] else f"{rows[kv][n]:.3f}" for kv in a.kv) + " |")
+        rec['layer'] = rows
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -640,28 +640,32 @@ def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
 # keys and values of an update quantized straight into grown storages (a prefill chunk): blocks 0 .. meta[5]-1 are the
 # pair kernel's warps, a token row each, writing at its place in the new storage (capacity meta[4], after the meta[2] held
 # tokens); the other blocks copy the held tokens' words and norms from the old storages (capacity meta[3]) and zero the
-# spare rows, a thread per element. One launch instead of the pair kernel and a concatenation per storage part.
+# spare rows, a thread per row. One launch instead of the pair kernel and a concatenation per storage part.
 _QA_HEAD_CUDA = r"""
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     __shared__ unsigned char sc[WARPS][N];
     const int rows = meta[0], n = meta[1], prev = meta[2], cap_old = meta[3], cap = meta[4], qb = meta[5];
-    if ((int)blockIdx.x >= qb) {
-        const size_t per = (size_t)(rows / n) * cap;      // rows of each new storage: B * H * capacity
-        const size_t i = (size_t)(blockIdx.x - qb) * blockDim.x + threadIdx.x, nw = per * W;
-        if (i < 2 * nw) {                                 // words, keys then values
-            const bool sv = i >= nw;
-            const size_t j = sv ? i - nw : i, r = j / W, bh = r / cap;
-            const int t = (int)(r - bh * cap);
-            if (t >= prev && t < prev + n) return;        // a quantize warp writes it
-            (sv ? wv : wk)[j] = t < prev ? (sv ? owv : owk)[(bh * cap_old + t) * W + (j - r * W)] : 0u;
-        } else if (i < 2 * nw + 2 * per) {                // norms
-            const bool sv = i - 2 * nw >= per;
-            const size_t r = i - 2 * nw - (sv ? per : 0), bh = r / cap;
-            const int t = (int)(r - bh * cap);
-            if (t >= prev && t < prev + n) return;
-            (sv ? nv : nk)[r] = t < prev ? (sv ? onv : onk)[bh * cap_old + t] : __float2half_rn(0.0f);
+    if ((int)blockIdx.x >= qb) {                          // a thread per row of one side's new storage (32-bit indices: B * H * capacity < 2^30)
+        const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
+        const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
+        if (i >= 2u * per) return;
+        const bool sv = i >= per;
+        const unsigned int r = sv ? i - per : i, bh = r / (unsigned int)cap, t = r - bh * (unsigned int)cap;
+        if (t >= (unsigned int)prev && t < (unsigned int)(prev + n)) return;   // a quantize warp writes it
+        const bool held = t < (unsigned int)prev;
+        const size_t o = (size_t)bh * cap_old + (held ? t : 0);
+        unsigned int* dst = (sv ? wv : wk) + (size_t)r * W;
+        const unsigned int* src = (sv ? owv : owk) + o * W;
+        if constexpr (W % 4 == 0) {                       // rows of 16-byte units: vector copies
+            for (int w = 0; w < W; w += 4) {
+                uint4 u = held ? *reinterpret_cast<const uint4*>(src + w) : uint4{0u, 0u, 0u, 0u};
+                *reinterpret_cast<uint4*>(dst + w) = u;
+            }
+        } else {
+            for (int w = 0; w < W; ++w) dst[w] = held ? src[w] : 0u;
         }
+        (sv ? nv : nk)[r] = held ? (sv ? onv : onk)[o] : __float2half_rn(0.0f);
         return;
     }
     const int pr = blockIdx.x * WARPS + warp;
@@ -689,7 +693,7 @@ def _append_kernel():
 _QAMETA = {}
 def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
-    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap * (W + 1)
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
     key = (rows, n, prev, old_k[0].shape[-2], cap)
     if key not in _QAMETA:
         if len(_QAMETA) > 1024: _QAMETA.clear()

@@ -359,7 +359,7 @@ def test_quantize_append_pair_grows_the_storages(emulated, bits, dim, dtype):
 
 def test_a_wrong_append_kernel_is_refused(emulated, monkeypatch):
     "Not vacuous: held tokens read with the new capacity as their stride disagree, and the first-use check returns the reference"
-    wrong = P._QA_CUDA.replace("[(bh * cap_old + t) * W", "[(bh * cap + t) * W")
+    wrong = P._QA_CUDA.replace("(size_t)bh * cap_old + (held", "(size_t)bh * cap + (held")
     assert wrong != P._QA_CUDA
     monkeypatch.setattr(P, '_QA_CUDA', wrong)
     args, _ = _append_case(4, 64, mx.float16)
