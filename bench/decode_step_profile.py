@@ -12,7 +12,7 @@ Per scheme, with every cache layer filled to --context (as `mlx-kvq bench --whol
   `update_and_fetch` returning the already-filled cache unchanged (no encode, no write);
 - `KVQ_KNOBS="NAME=VALUE ..."` sets knobs of `attention_kernels`, `attention` or `packing` for the run (e.g. `LEAN=False`: the kernel
   before the lean loops; `META_ROWS=0`: a host-made `meta` array per decode call);
-- a cProfile of the build (16 more steps, top functions by own time) for the compressed schemes, written to DIR.
+- a cProfile of the build (16 more steps, top functions by own time) for every scheme (fp16: the model's own Python), written to DIR.
 """
 import argparse, cProfile, io, json, os, platform, pstats, sys, time
 from pathlib import Path
@@ -120,11 +120,11 @@ def main():
             caches, fetched = filled(model, kv, context, dtype, shapes)
             r = dict(context=context, scheme=kv, pipelined=pipelined(model, caches, a.steps))
             r["build_ms"], r["submit_ms"], r["sync_ms"] = build_and_sync(model, caches, a.steps)
-            prof = cProfile.Profile() if kv != "fp16" else None
-            if prof:
-                build_and_sync(model, caches, 16, prof)
-                s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
-                (out / f"profile_{context}_{kv.replace(':', '_').replace(',', '_')}.txt").write_text(s.getvalue())
+            prof = cProfile.Profile()
+            build_and_sync(model, caches, 16, prof)
+            s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(40)
+            pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(40)
+            (out / f"profile_{context}_{kv.replace(':', '_').replace(',', '_')}.txt").write_text(s.getvalue())
             del caches, fetched; mx.clear_cache()
             if not a.no_ablations:
                 caches, fetched = filled(model, kv, context, dtype, shapes)
