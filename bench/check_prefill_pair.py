@@ -42,6 +42,7 @@ def main():
             except Exception as e: ok, errs = False, [repr(e)[:200]]
             bad += not ok
             print(f"pair k {bk}b d{dk} v {bv}b d{dv} {dt}: rel err {errs} {'ok' if ok else 'FAIL'}")
+    P.APPEND = True     # off by default (measured no faster): checked all the same, as `SCHEME/append` runs it
     for (bits, dim) in [(4, 64), (3, 128), (2, 256), (8, 128), (1, 64)]:     # a prefill chunk quantized into grown storages
         for dt in (mx.float16, mx.bfloat16, mx.float32):
             (k, kc), (v, vc) = side(bits, dim, 1, 300, bits + dim), side(bits, dim, 2, 300, bits + dim + 1)
@@ -57,6 +58,7 @@ def main():
                 errs.append(why)
                 bad += not ok
             print(f"append pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
+    P.APPEND = False
     for (bk, dk), (bv, dv) in [((4, 64), (4, 64)), ((3, 128), (2, 256))]:   # kept launches of verified pair decodes: other counts
         k, kc = side(bk, dk, 1, 300, 5); v, vc = side(bv, dv, 2, 280, 6)
         for n in (1, 100, 280):

@@ -32,7 +32,7 @@
 #       prefillab (prefill_profile.py, the pair routes against the previous ones (SCHEME/previous), fp16 first and last: about 1 min)
 #       prefillncu (bench/prefill_ncu.py: every kernel of one layer's prefill chunk under Nsight Compute, fp16 / turbo:4 / affine:4, each pair route and previous; and bench/check_prefill_pair.py: about 5 min)
 #       pairfinal (check_prefill_pair, the turbo:4 layer chunk's kernels under Nsight Compute, prefillab, then check_decode_steps cut at 230 s: about 8 min)
-#       append (check_prefill_pair, then prefill_profile: turbo pairs' growing updates by quantize_append_pair against the pair kernel + concatenations (SCHEME/noappend), fp16 first and last: about 8 min)
+#       append (check_prefill_pair, then prefill_profile: turbo pairs' growing updates by quantize_append_pair against the pair kernel + concatenations (SCHEME/append against SCHEME/noappend, the default since these runs), fp16 first and last: about 4 min)
 #       appendab (the append kernel: every kernel of a turbo:4 layer's chunk with and without it under Nsight Compute, then the whole prompt alternating: about 5 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
@@ -165,12 +165,12 @@ case $part in
            bash bench/gpu_round.sh prefillab "$O"
            timeout 230 python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps_run.log" 2>&1; tail -2 "$O/steps_run.log" ;;
   append) timeout 200 python3 bench/check_prefill_pair.py > "$O/check_pair.log" 2>&1; tail -1 "$O/check_pair.log"; grep -E "FAIL|^append|^kept" "$O/check_pair.log" | cut -c1-160
-         timeout 330 python3 bench/prefill_profile.py --kv fp16 turbo:4 turbo:4/noappend turbo:3 turbo:3/noappend affine:4 affine:8,4 turbo:4 turbo:4/noappend fp16 --out "$O" > "$O/run.log" 2>&1
+         timeout 330 python3 bench/prefill_profile.py --kv fp16 turbo:4/append turbo:4/noappend turbo:3/append turbo:3/noappend affine:4 affine:8,4 turbo:4/append turbo:4/noappend fp16 --out "$O" > "$O/run.log" 2>&1
          grep -E "^\\|" "$O/run.log" | head -13; grep -c "using the reference" "$O/run.log" ;;
-  appendab) for s in turbo:4 turbo:4/noappend; do f="$O/ncu_$(echo $s | tr ':/,' '___').csv"   # every kernel of a layer's chunk with and without the append kernel, then the whole prompt alternating
+  appendab) for s in turbo:4/append turbo:4/noappend; do f="$O/ncu_$(echo $s | tr ':/,' '___').csv"   # every kernel of a layer's chunk with and without the append kernel, then the whole prompt alternating
              timeout 100 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_ncu.py $s > "$f" 2> "${f%.csv}.err"; done
            python3 bench/prefill_ncu.py --parse "$O"/ncu_*.csv > "$O/kernels.txt"; grep -E "##|append|quantize|concat|copy" "$O/kernels.txt" | cut -c1-120; rm -f "$O"/ncu_*.csv
-           timeout 300 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4 turbo:4/noappend turbo:4/noappend turbo:4 turbo:3 turbo:3/noappend turbo:3/noappend turbo:3 turbo:4 turbo:4/noappend fp16 --out "$O" > "$O/run.log" 2>&1
+           timeout 300 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4/append turbo:4/noappend turbo:4/noappend turbo:4/append turbo:3/append turbo:3/noappend turbo:3/noappend turbo:3/append turbo:4/append turbo:4/noappend fp16 --out "$O" > "$O/run.log" 2>&1
            grep -E "^\\| (fp16|turbo)" "$O/run.log" | head -12; grep -c "using the reference" "$O/run.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;

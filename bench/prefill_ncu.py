@@ -9,7 +9,8 @@ cost): the GPU time of each launch, and how many launches a chunk's layer makes.
 One layer of the Llama-3.2-1B shape (32 query / 8 KV heads, head dim 64, float16), past 14,336 tokens, chunk 2,048.
 Three warm iterations, then a marker kernel, then the measured iteration; `--parse` lists the kernels after the last
 marker. `SCHEME/previous` (or `/rotated`): `attention.PREFILL_PAIR = False` (the route before the pair kernels);
-`SCHEME/noappend`: `packing.APPEND = False` (a growing turbo update by the pair kernel and concatenations)."""
+`SCHEME/append`: `packing.APPEND = True` (a growing turbo update by `quantize_append_pair`; otherwise the pair kernel and
+concatenations)."""
 import csv, sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def main(kv):
     from mlx_kvq.integrate import install
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
-    PK.APPEND = how != 'noappend'
+    PK.APPEND = how == 'append'
     install()
     model = shape_model('llama-3.2-1b', mx.float16)
     c = KVCache() if base == 'fp16' else bench_caches(model, _bench_scheme(base))[0]

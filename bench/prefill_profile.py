@@ -5,8 +5,9 @@ pieces at a given past (the cache's update of a chunk, its attention, and the at
 
 A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PREFILL_PAIR = False`: the route before
 `decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
-space; affine: each side dequantized by MLX from slices); `SCHEME/noappend` with `packing.APPEND = False` (a turbo
-pair's growing update by the pair kernel and four concatenations, as before `quantize_append_pair`); a scheme named twice (e.g. fp16 first and
+space; affine: each side dequantized by MLX from slices); `SCHEME/append` with `packing.APPEND = True` (a turbo pair's
+growing update quantized straight into the grown storages by `quantize_append_pair`; `SCHEME/noappend`, as every other
+entry: the pair kernel and four concatenations, the default); a scheme named twice (e.g. fp16 first and
 last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
@@ -40,7 +41,7 @@ def route(kv):
     "The scheme of a --kv entry; sets attention.PREFILL_PAIR and packing.APPEND for what follows"
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
-    PK.APPEND = how != 'noappend'
+    PK.APPEND = how == 'append'
     return base
 
 

@@ -725,7 +725,7 @@ def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     new = lambda side: tuple(x[..., prev:prev + n, :] for x in side)
     return _agree_pair((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), xk, rk, ck, xv, rv, cv)
 
-APPEND = True   # CUDA: a turbo pair update that grows the storages quantized straight into them (False, benches only: the pair kernel and concatenations)
+APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28) the whole 16K prefill was no faster with it (0.79-0.87x fp16 against 0.81-0.89x without, five pairs) and peaked 0.34 GB higher
 _QAGUARDS = {}
 _QAREADY = {}
 def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):

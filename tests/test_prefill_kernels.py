@@ -23,6 +23,7 @@ def emulated(monkeypatch):
     monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
     monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {}); monkeypatch.setattr(P, '_APK', {}); monkeypatch.setattr(P, '_APGUARDS', {})
     monkeypatch.setattr(P, '_READY', {}); monkeypatch.setattr(P, '_QAK', {}); monkeypatch.setattr(P, '_QAGUARDS', {}); monkeypatch.setattr(P, '_QAREADY', {})
+    monkeypatch.setattr(P, 'APPEND', True)     # the append kernel (off by default) is tested where asked for
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])
@@ -371,7 +372,7 @@ def test_a_wrong_append_kernel_is_refused(emulated, monkeypatch):
 
 
 def test_quantize_append_pair_declines_what_it_does_not_take(emulated, monkeypatch):
-    "Nothing held, different widths, other storage, a rotation the kernel does not apply: None (the cache concatenates); off CUDA: None"
+    "Nothing held, different widths, other storage, a rotation the kernel does not apply, APPEND off: None (the cache concatenates); off CUDA: None"
     assert P.quantize_append_pair(*_append_case(4, 96, mx.float16)[0]) is None    # 96 dims: not one Walsh-Hadamard block
     args, _ = _append_case(4, 64, mx.float16)
     assert P.quantize_append_pair(*args[:2], 0, *args[3:]) is None
@@ -380,7 +381,8 @@ def test_quantize_append_pair_declines_what_it_does_not_take(emulated, monkeypat
     assert P.quantize_append_pair(args[0][:1], *args[1:]) is None
     assert P.quantize_append_pair(*args[:3], 11, *args[4:]) is None       # capacity below held + new
     assert not P._QAGUARDS
-    monkeypatch.setattr(P, 'kernel_backend', lambda: None)
+    monkeypatch.setattr(P, 'APPEND', False); assert P.quantize_append_pair(*args) is None
+    monkeypatch.setattr(P, 'APPEND', True); monkeypatch.setattr(P, 'kernel_backend', lambda: None)
     assert P.quantize_append_pair(*args) is None
 
 
