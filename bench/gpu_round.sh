@@ -34,6 +34,7 @@
 #       pairfinal (check_prefill_pair, the turbo:4 layer chunk's kernels under Nsight Compute, prefillab, then check_decode_steps cut at 230 s: about 8 min)
 #       append (check_prefill_pair, then prefill_profile: turbo pairs' growing updates by quantize_append_pair against the pair kernel + concatenations (SCHEME/append against SCHEME/noappend, the default since these runs), fp16 first and last: about 4 min)
 #       appendab (the append kernel: every kernel of a turbo:4 layer's chunk with and without it under Nsight Compute, then the whole prompt alternating: about 5 min)
+#       graphenv (MLX's CUDA graphs off, or 1000 / 30 kernels a graph instead of 100: whole-model decode at 32K and the 16K prefill, fp16 / turbo:4 / affine:4: about 4 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -172,6 +173,11 @@ case $part in
            python3 bench/prefill_ncu.py --parse "$O"/ncu_*.csv > "$O/kernels.txt"; grep -E "##|append|quantize|concat|copy" "$O/kernels.txt" | cut -c1-120; rm -f "$O"/ncu_*.csv
            timeout 300 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4/append turbo:4/noappend turbo:4/noappend turbo:4/append turbo:3/append turbo:3/noappend turbo:3/noappend turbo:3/append turbo:4/append turbo:4/noappend fp16 --out "$O" > "$O/run.log" 2>&1
            grep -E "^\\| (fp16|turbo)" "$O/run.log" | head -12; grep -c "using the reference" "$O/run.log" ;;
+  graphenv) for e in "X=0" "MLX_USE_CUDA_GRAPHS=0" "MLX_MAX_OPS_PER_BUFFER=1000" "MLX_MAX_OPS_PER_BUFFER=30" "X=0"; do   # MLX's CUDA graphs (on, 100 kernels a graph on an H200) off or sized otherwise: whole-model decode and prefill, fp16 and turbo:4
+             env $e timeout 100 python3 bench/decode_step_profile.py --context 32768 --kv fp16 turbo:4 affine:4 --steps 32 --no-ablations --out "$O/d_${e%%=*}_${e#*=}" > "$O/decode_${e%%=*}_${e#*=}.log" 2>&1
+             echo "$e decode"; grep -E "^\\| [0-9]" "$O/decode_${e%%=*}_${e#*=}.log"
+             env $e timeout 100 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4 affine:4 fp16 --out "$O/p_${e%%=*}_${e#*=}" > "$O/prefill_${e%%=*}_${e#*=}.log" 2>&1
+             echo "$e prefill"; grep -E "^\\| (fp16|turbo|affine)" "$O/prefill_${e%%=*}_${e#*=}.log" | cut -d'|' -f1,2,11-14; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
