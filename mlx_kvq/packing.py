@@ -16,13 +16,13 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'APPEND', 'AFFINE_PAIR_BITS', 'packed_words',
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'APPEND', 'packed_words',
            'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
            'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
            'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
-           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_append_pair',
-           'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
-           'decode_affine_pair', 'decode_turbo_pair', 'check_fused']
+           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
+           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize', 'decode_affine_pair',
+           'decode_turbo_pair', 'quantize_append_pair', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -637,126 +637,6 @@ def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
             return out
     return quantize_pack(xk, rk, ck), quantize_pack(xv, rv, cv)
 
-# keys and values of an update quantized straight into grown storages (a prefill chunk): blocks 0 .. meta[5]-1 are the
-# pair kernel's warps, a token row each, writing at its place in the new storage (capacity meta[4], after the meta[2] held
-# tokens); the other blocks copy the held tokens' words and norms from the old storages (capacity meta[3]) and zero the
-# spare rows, a thread per row. One launch instead of the pair kernel and a concatenation per storage part.
-_QA_HEAD_CUDA = r"""
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    __shared__ unsigned char sc[WARPS][N];
-    const int rows = meta[0], n = meta[1], prev = meta[2], cap_old = meta[3], cap = meta[4], qb = meta[5];
-    if ((int)blockIdx.x >= qb) {                          // a thread per row of one side's new storage (32-bit indices: B * H * capacity < 2^30)
-        const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
-        const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
-        if (i >= 2u * per) return;
-        const bool sv = i >= per;
-        const unsigned int r = sv ? i - per : i, bh = r / (unsigned int)cap, t = r - bh * (unsigned int)cap;
-        if (t >= (unsigned int)prev && t < (unsigned int)(prev + n)) return;   // a quantize warp writes it
-        const bool held = t < (unsigned int)prev;
-        const size_t o = (size_t)bh * cap_old + (held ? t : 0);
-        unsigned int* dst = (sv ? wv : wk) + (size_t)r * W;
-        const unsigned int* src = (sv ? owv : owk) + o * W;
-        if constexpr (W % 4 == 0) {                       // rows of 16-byte units: vector copies
-            for (int w = 0; w < W; w += 4) {
-                uint4 u = held ? *reinterpret_cast<const uint4*>(src + w) : uint4{0u, 0u, 0u, 0u};
-                *reinterpret_cast<uint4*>(dst + w) = u;
-            }
-        } else {
-            for (int w = 0; w < W; ++w) dst[w] = held ? src[w] : 0u;
-        }
-        (sv ? nv : nk)[r] = held ? (sv ? onv : onk)[o] : __float2half_rn(0.0f);
-        return;
-    }
-    const int pr = blockIdx.x * WARPS + warp;
-    if (pr >= 2 * rows) return;
-    const bool sv = pr >= rows;
-    const int row = sv ? pr - rows : pr;
-    const size_t orow = (size_t)(row / n) * cap + prev + (row % n);   // its place in the new storage
-    const auto* x = sv ? xv : xk;
-    const auto* signs = sv ? sgv : sgk;
-    const auto* bnd = sv ? bnv : bnk;
-    auto* words = sv ? wv : wk;
-    auto* norms = sv ? nv : nk;
-"""
-_QA_BODY_CUDA = _Q_BODY_CUDA.replace("words[(size_t)row * W + w]", "words[orow * W + w]").replace("norms[row] =", "norms[orow] =")
-assert _QA_BODY_CUDA.count("orow") == 2
-_QA_CUDA = _QA_HEAD_CUDA + _QA_BODY_CUDA
-
-_QAK = {}
-def _append_kernel():
-    if "k" not in _QAK:
-        _QAK["k"] = make_kernel("cuda", "mlx_kvq_quantize_append_pair", ["xk", "xv", "owk", "onk", "owv", "onv", "sgk", "sgv", "bnk", "bnv", "meta"],
-                                ["wk", "nk", "wv", "nv"], _QA_CUDA)
-    return _QAK["k"]
-
-_QAMETA = {}
-def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
-    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
-    key = (rows, n, prev, old_k[0].shape[-2], cap)
-    if key not in _QAMETA:
-        if len(_QAMETA) > 1024: _QAMETA.clear()
-        _QAMETA[key] = device_constant(np.array([*key, qb], np.int32))
-    out = _append_kernel()(
-        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), _QAMETA[key]],
-        template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
-        grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
-        output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
-    return tuple(out[:2]), tuple(out[2:])
-
-def _grown_ref(old, new, prev, cap):
-    "The held slices of `old`'s parts, `new`'s parts and zeros up to `cap` tokens, concatenated per part"
-    return tuple(mx.concatenate([o[..., :prev, :], x, mx.zeros((*x.shape[:-2], cap - prev - x.shape[-2], x.shape[-1]), x.dtype)], axis=-2)
-                 for o, x in zip(old, new))
-def _qa_reference(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    nk, nv = _qp_reference(xk, rk, ck, xv, rv, cv)
-    return _grown_ref(old_k, nk, prev, cap), _grown_ref(old_v, nv, prev, cap)
-def _qa_class(old_k, old_v, prev, cap, *pair): return ("append", *_qp_class(*pair))
-def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
-    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
-    n = xk.shape[-2]
-    for o, r in zip(out, ref):
-        for a, b in zip(o, r):
-            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
-            if not (mx.array_equal(a[..., :prev, :], b[..., :prev, :]) and mx.array_equal(a[..., prev + n:, :], b[..., prev + n:, :])).item():
-                return "disagrees with the held or spare tokens"
-    new = lambda side: tuple(x[..., prev:prev + n, :] for x in side)
-    return _agree_pair((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), xk, rk, ck, xv, rv, cv)
-
-APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28) the whole 16K prefill was no faster with it (0.79-0.87x fp16 against 0.81-0.89x without, five pairs) and peaked 0.34 GB higher
-_QAGUARDS = {}
-_QAREADY = {}
-def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    """Keys `xk` and values `xv` of one update quantized into new storages of `cap` tokens that also hold the first `prev`
-    tokens of the old ones (`old_k`, `old_v` = (words, norms), (B, H, capacity, .)): what the held slices, `quantize_pack_pair`
-    of the update and zeros up to `cap`, concatenated per part, give. On CUDA, where the pair kernel takes the sides, one
-    launch (verified on first use); None elsewhere (the caller concatenates)."""
-    if not (PAIR and APPEND and kernel_backend() == "cuda" and prev > 0 and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
-    key = (id(rk), id(ck), id(rv), id(cv), xk.dtype)
-    got = _QAREADY.get(key)
-    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
-    (owk, onk), (owv, onv) = old_k, old_v
-    xs, sk = xk.shape, owk.shape
-    fits = (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
-            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
-            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16
-            and prev <= sk[2] and cap >= prev + xs[2] and xs[0] * xs[1] * cap < 2 ** 30)
-    if not fits: return None
-    if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
-        return _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv)
-    if not (_pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])): return None
-    _check_x(xk, rk); _check_x(xv, rv); codebook_scale(ck, xk.shape[-1]); codebook_scale(cv, xv.shape[-1])
-    if "cuda" not in _QAGUARDS:
-        _QAGUARDS["cuda"] = GuardedKernel("cuda quantize_append pair", _fused_append_pair, _qa_reference, _qa_class, _qa_agree)
-    args = (tuple(old_k), tuple(old_v), prev, cap, xk, rk, ck, xv, rv, cv)
-    out = _QAGUARDS["cuda"](*args)
-    if _QAGUARDS["cuda"].state.get(_qa_class(*args)) is True:
-        if len(_QAREADY) > 256: _QAREADY.clear()
-        _QAREADY[key] = (rk, ck, rv, cv)
-    return out
-
 _QREADY = {}
 def quantize_pack(x, rotation, codebook):
     "Quantize x (..., n): (words uint32 (..., packed_words(n, bits)), norms float16 (..., 1)); fused kernel when verified"
@@ -1132,6 +1012,128 @@ def decode_turbo_pair(k, v, n, dtype):
     out = _DPGUARDS["cuda"](k, v, n, dtype)
     _remember_pair("turbo", _DPGUARDS["cuda"], _dp_class(k, v, n, dtype), lambda: _dp_launch(k, v, dtype), (*k[2:], *v[2:]), dtype)
     return out
+
+# %% ../nbs/02_packing.ipynb #dfdd0ff7
+# keys and values of an update quantized straight into grown storages (a prefill chunk): blocks 0 .. meta[5]-1 are the
+# pair kernel's warps, a token row each, writing at its place in the new storage (capacity meta[4], after the meta[2] held
+# tokens); the other blocks copy the held tokens' words and norms from the old storages (capacity meta[3]) and zero the
+# spare rows, a thread per row. One launch instead of the pair kernel and a concatenation per storage part.
+_QA_HEAD_CUDA = r"""
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    __shared__ unsigned char sc[WARPS][N];
+    const int rows = meta[0], n = meta[1], prev = meta[2], cap_old = meta[3], cap = meta[4], qb = meta[5];
+    if ((int)blockIdx.x >= qb) {                          // a thread per row of one side's new storage (32-bit indices: B * H * capacity < 2^30)
+        const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
+        const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
+        if (i >= 2u * per) return;
+        const bool sv = i >= per;
+        const unsigned int r = sv ? i - per : i, bh = r / (unsigned int)cap, t = r - bh * (unsigned int)cap;
+        if (t >= (unsigned int)prev && t < (unsigned int)(prev + n)) return;   // a quantize warp writes it
+        const bool held = t < (unsigned int)prev;
+        const size_t o = (size_t)bh * cap_old + (held ? t : 0);
+        unsigned int* dst = (sv ? wv : wk) + (size_t)r * W;
+        const unsigned int* src = (sv ? owv : owk) + o * W;
+        if constexpr (W % 4 == 0) {                       // rows of 16-byte units: vector copies
+            for (int w = 0; w < W; w += 4) {
+                uint4 u = held ? *reinterpret_cast<const uint4*>(src + w) : uint4{0u, 0u, 0u, 0u};
+                *reinterpret_cast<uint4*>(dst + w) = u;
+            }
+        } else {
+            for (int w = 0; w < W; ++w) dst[w] = held ? src[w] : 0u;
+        }
+        (sv ? nv : nk)[r] = held ? (sv ? onv : onk)[o] : __float2half_rn(0.0f);
+        return;
+    }
+    const int pr = blockIdx.x * WARPS + warp;
+    if (pr >= 2 * rows) return;
+    const bool sv = pr >= rows;
+    const int row = sv ? pr - rows : pr;
+    const size_t orow = (size_t)(row / n) * cap + prev + (row % n);   // its place in the new storage
+    const auto* x = sv ? xv : xk;
+    const auto* signs = sv ? sgv : sgk;
+    const auto* bnd = sv ? bnv : bnk;
+    auto* words = sv ? wv : wk;
+    auto* norms = sv ? nv : nk;
+"""
+_QA_BODY_CUDA = _Q_BODY_CUDA.replace("words[(size_t)row * W + w]", "words[orow * W + w]").replace("norms[row] =", "norms[orow] =")
+assert _QA_BODY_CUDA.count("orow") == 2
+_QA_CUDA = _QA_HEAD_CUDA + _QA_BODY_CUDA
+
+_QAK = {}
+def _append_kernel():
+    if "k" not in _QAK:
+        _QAK["k"] = make_kernel("cuda", "mlx_kvq_quantize_append_pair", ["xk", "xv", "owk", "onk", "owv", "onv", "sgk", "sgv", "bnk", "bnv", "meta"],
+                                ["wk", "nk", "wv", "nv"], _QA_CUDA)
+    return _QAK["k"]
+
+_QAMETA = {}
+def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
+    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
+    key = (rows, n, prev, old_k[0].shape[-2], cap)
+    if key not in _QAMETA:
+        if len(_QAMETA) > 1024: _QAMETA.clear()
+        _QAMETA[key] = device_constant(np.array([*key, qb], np.int32))
+    out = _append_kernel()(
+        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), _QAMETA[key]],
+        template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
+        grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+        output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    return tuple(out[:2]), tuple(out[2:])
+
+def _grown_ref(old, new, prev, cap):
+    "The held slices of `old`'s parts, `new`'s parts and zeros up to `cap` tokens, concatenated per part"
+    return tuple(mx.concatenate([o[..., :prev, :], x, mx.zeros((*x.shape[:-2], cap - prev - x.shape[-2], x.shape[-1]), x.dtype)], axis=-2)
+                 for o, x in zip(old, new))
+def _qa_reference(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
+    nk, nv = _qp_reference(xk, rk, ck, xv, rv, cv)
+    return _grown_ref(old_k, nk, prev, cap), _grown_ref(old_v, nv, prev, cap)
+def _qa_class(old_k, old_v, prev, cap, *pair): return ("append", *_qp_class(*pair))
+def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
+    "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
+    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
+    n = xk.shape[-2]
+    for o, r in zip(out, ref):
+        for a, b in zip(o, r):
+            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
+            if not (mx.array_equal(a[..., :prev, :], b[..., :prev, :]) and mx.array_equal(a[..., prev + n:, :], b[..., prev + n:, :])).item():
+                return "disagrees with the held or spare tokens"
+    new = lambda side: tuple(x[..., prev:prev + n, :] for x in side)
+    return _agree_pair((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), xk, rk, ck, xv, rv, cv)
+
+APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28, bench/h200_20261128d) the 16K prefill was no faster with it (turbo:4 0.79-0.87x fp16 against 0.81-0.89x without, five pairs), the layer's GPU work the same
+_QAGUARDS = {}
+_QAREADY = {}
+def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
+    """Keys `xk` and values `xv` of one update quantized into new storages of `cap` tokens that also hold the first `prev`
+    tokens of the old ones (`old_k`, `old_v` = (words, norms), (B, H, capacity, .)): what the held slices, `quantize_pack_pair`
+    of the update and zeros up to `cap`, concatenated per part, give. On CUDA, where the pair kernel takes the sides, one
+    launch (verified on first use); None elsewhere (the caller concatenates)."""
+    if not (PAIR and APPEND and kernel_backend() == "cuda" and prev > 0 and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
+    key = (id(rk), id(ck), id(rv), id(cv), xk.dtype)
+    got = _QAREADY.get(key)
+    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
+    (owk, onk), (owv, onv) = old_k, old_v
+    xs, sk = xk.shape, owk.shape
+    fits = (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
+            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
+            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16
+            and prev <= sk[2] and cap >= prev + xs[2] and xs[0] * xs[1] * cap < 2 ** 30)
+    if not fits: return None
+    if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
+        return _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv)
+    if not (_pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])): return None
+    _check_x(xk, rk); _check_x(xv, rv); codebook_scale(ck, xk.shape[-1]); codebook_scale(cv, xv.shape[-1])
+    if "cuda" not in _QAGUARDS:
+        _QAGUARDS["cuda"] = GuardedKernel("cuda quantize_append pair", _fused_append_pair, _qa_reference, _qa_class, _qa_agree)
+    args = (tuple(old_k), tuple(old_v), prev, cap, xk, rk, ck, xv, rv, cv)
+    out = _QAGUARDS["cuda"](*args)
+    if _QAGUARDS["cuda"].state.get(_qa_class(*args)) is True:
+        if len(_QAREADY) > 256: _QAREADY.clear()
+        _QAREADY[key] = (rk, ck, rv, cv)
+    return out
+
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):
