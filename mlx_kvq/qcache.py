@@ -83,7 +83,7 @@ class CodecKVCache(_BaseCache):
         if prev + n > cap:   # a new storage per part: the held tokens, the new ones, zeros up to the next step
             grow = ((prev + n + self.step - 1) // self.step) * self.step - prev
             got = self.k_codec.encode_grown(self.v_codec, self.keys, self.values, prev, prev + grow, keys, values) if prev else None
-            if got is not None:   # one launch (CUDA turbo pairs)
+            if got is not None:   # one launch (CUDA turbo pairs with `packing.APPEND`, off by default)
                 self.keys, self.values = got; self.n_quantized = prev + n
                 return
         kp, vp = self.k_codec.encode_pair(self.v_codec, keys, values)

@@ -79,9 +79,9 @@ def encode_pair(self, other, keys, values):
 
 @patch_to(TurboCodec)
 def encode_grown(self, other, old_k, old_v, prev, cap, keys, values):
-    """On CUDA, where `encode_pair` takes one launch, the update quantized straight into grown storages that keep the
-    first `prev` held tokens (`quantize_append_pair`: one launch instead of the pair kernel and four concatenations);
-    else None"""
+    """On CUDA with `packing.APPEND` (off by default: measured no faster), where `encode_pair` takes one launch, the update
+    quantized straight into grown storages that keep the first `prev` held tokens (`quantize_append_pair`: one launch
+    instead of the pair kernel and four concatenations); else None"""
     if type(self) is not TurboCodec or type(other) is not TurboCodec or other.bits != self.bits: return None
     self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
     return quantize_append_pair(old_k, old_v, prev, cap, keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
