@@ -847,8 +847,9 @@ def _dp_agree(out, ref, *args):
 
 class _PairLaunch:
     """The fixed part of a pair decode's launch for one configuration: kernel, constant inputs per side, template, words
-    per token per side, the storage's scalar dtypes, the output dims and dtype, and the grid (threads) for a row count"""
-    __slots__ = ("objs", "kernel", "consts", "template", "widths", "dtypes", "dims", "dtype", "threads", "block")
+    per token per side, each scalar part's (last dim, dtype) per side, the output dims and dtype, and the grid (threads)
+    for a row count"""
+    __slots__ = ("objs", "kernel", "consts", "template", "widths", "scalars", "dims", "dtype", "threads", "block")
     def __init__(self, **kw):
         for a, x in kw.items(): setattr(self, a, x)
     def __call__(self, kparts, vparts, n):
@@ -863,8 +864,9 @@ class _PairLaunch:
         a, b = kparts[0].shape, vparts[0].shape
         return (type(n) is int and all(type(x) is mx.array for x in (*kparts, *vparts)) and len(a) == 4 and len(b) == 4 and a[:2] == b[:2] and a[3] == self.widths[0] and b[3] == self.widths[1]
                 and kparts[0].dtype == mx.uint32 and vparts[0].dtype == mx.uint32 and 0 < n <= min(a[2], b[2]) and a[0] * a[1] * n < 2 ** 30
-                and all(x.shape[:3] == a[:3] and x.dtype == d for x, d in zip(kparts[1:], self.dtypes[0]))
-                and all(x.shape[:3] == b[:3] and x.dtype == d for x, d in zip(vparts[1:], self.dtypes[1])))
+                and len(kparts) == 1 + len(self.scalars[0]) and len(vparts) == 1 + len(self.scalars[1])
+                and all(x.shape == (*a[:3], t) and x.dtype == d for x, (t, d) in zip(kparts[1:], self.scalars[0]))
+                and all(x.shape == (*b[:3], t) and x.dtype == d for x, (t, d) in zip(vparts[1:], self.scalars[1])))
 
 def _dp_launch(k, v, dtype):
     "decode_turbo_pair's launch for sides k, v = (words, norms, rotation, codebook): warps of 32 / L tokens (L = min(32, N / 4) lanes per token)"
@@ -874,7 +876,7 @@ def _dp_launch(k, v, dtype):
     return _PairLaunch(objs=(rk, ck, rv, cv), kernel=_pair_decode_kernel(),
                        consts=((_scaled(ck, NK, 'centroids'), _signs_of(rk)), (_scaled(cv, NV, 'centroids'), _signs_of(rv))),
                        template=[("NK", NK), ("BK", ck.bits), ("WK", wk.shape[-1]), ("NV", NV), ("BV", cv.bits), ("WV", wv.shape[-1]), ("WARPS", _WARPS), ("T", dtype)],
-                       widths=(wk.shape[-1], wv.shape[-1]), dtypes=((nk.dtype,), (nv.dtype,)), dims=(NK, NV), dtype=dtype,
+                       widths=(wk.shape[-1], wv.shape[-1]), scalars=(((1, nk.dtype),), ((1, nv.dtype),)), dims=(NK, NV), dtype=dtype,
                        threads=lambda rows: 32 * (-(-rows // tk) - (-rows // tv)), block=_WARPS * 32)
 
 def _fused_decode_pair(k, v, n, dtype): return _dp_launch(k, v, dtype)(k[:2], v[:2], n)
@@ -948,7 +950,7 @@ def _ap_launch(k, v, dtype):
     DK, DV, WK, WV = wk.shape[-1] * 32 // BK, wv.shape[-1] * 32 // BV, wk.shape[-1], wv.shape[-1]
     return _PairLaunch(objs=(BK, GK, BV, GV), kernel=_affine_pair_kernel(), consts=((), ()),
                        template=[("DK", DK), ("BK", BK), ("GK", GK), ("DV", DV), ("BV", BV), ("GV", GV), ("T", dtype)],
-                       widths=(WK, WV), dtypes=((sk.dtype, bk.dtype), (sv.dtype, bv.dtype)), dims=(DK, DV), dtype=dtype,
+                       widths=(WK, WV), scalars=(((sk.shape[-1], sk.dtype), (bk.shape[-1], bk.dtype)), ((sv.shape[-1], sv.dtype), (bv.shape[-1], bv.dtype))), dims=(DK, DV), dtype=dtype,
                        threads=lambda rows: rows * (WK + WV), block=256)
 
 def _fused_affine_pair(k, v, n, dtype): return _ap_launch(k, v, dtype)(k[:3], v[:3], n)

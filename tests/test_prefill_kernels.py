@@ -276,6 +276,8 @@ def test_a_verified_pair_decode_launches_again_without_the_guard(emulated, monke
         fn(k, v, 11, mx.float16)                       # more tokens than the values hold: not the kept launch's to take
     with pytest.raises(ValueError, match='disagree'):
         fn(k, (*(x[:1] for x in v[:p]), *v[p:]), 5, mx.float16)
+    with pytest.raises(ValueError):                    # a scalar part of another width: the full checks name it
+        fn(k, (v[0], mx.concatenate([v[1], v[1]], axis=-1), *v[2:]), 5, mx.float16)
     assert not calls
     fn(k, v, 7, mx.float32)                            # another dtype: its own first-use check
     assert calls
