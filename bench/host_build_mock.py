@@ -1,7 +1,7 @@
 """The host's Python cost of building one whole-model decode step, per cache scheme, for the GPU code path, measured on a
 machine without a GPU (this one: Linux x86_64, MLX CPU).
 
-    python3 bench/host_build_mock.py [--shape llama-3.2-1b] [--context 4096] [--steps 64] [--rounds 5] [--kv fp16 turbo:4 affine:4] [--stage 0 32]
+    python3 bench/host_build_mock.py [--shape llama-3.2-1b] [--context 4096] [--steps 64] [--rounds 5] [--kv fp16 turbo:4 affine:4] [--stage 0 32] [--profile 16]
 
 Why: on the H100, a decode step of the Llama-3.2-1B shape is bound by the host (`bench/decode_step_profile.py --host`:
 building the step's graph in Python plus MLX submitting its kernels takes longer than the GPU needs to run them), so
@@ -74,6 +74,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--kv", nargs="+", default=["fp16", "turbo:4", "affine:4"])
     p.add_argument("--stage", type=int, nargs="+", default=[0], help="CodecKVCache.stage values to time side by side (e.g. 0 32)")
+    p.add_argument("--profile", type=int, default=0, help="then a cProfile of this many steps' build per scheme: the top functions by own time, us per layer call")
     a = p.parse_args()
     model = shape_model(a.shape, mx.float32)
     shapes = probe_kv_shapes(model)
@@ -95,6 +96,17 @@ def main():
           f"{a.context} tokens, {a.steps} steps x {a.rounds} rounds; {platform.system()} {platform.machine()}, MLX {mx.__version__}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print_table(res, "build ms/step (median)", "min-max", 3)
+    if a.profile:
+        import cProfile, pstats
+        calls = a.profile * len(sets[a.kv[0]])
+        for kv in a.kv:
+            pr = cProfile.Profile(); y = mx.array([[1]])
+            for _ in range(a.profile):
+                pr.enable(); logits = model(y, cache=sets[kv]); pr.disable(); mx.eval(logits, [c.state for c in sets[kv]])
+            st_ = pstats.Stats(pr).stats
+            top = sorted(((v[2], f"{Path(k[0]).name}:{k[1]}({k[2]})", v[0]) for k, v in st_.items()), reverse=True)[:8]
+            print(f"\n{kv}: own time, us per layer call ({a.profile} steps, {calls} layer calls; cProfile's own overhead included)")
+            for t, where, n in top: print(f"  {1e6 * t / calls:7.1f}  {where}  ({n} calls)")
 
 
 if __name__ == "__main__": main()

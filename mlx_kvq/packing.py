@@ -753,9 +753,9 @@ def _fused_decode_rotated(words, norms, n, codebook, dim, dtype):
     return out
 
 _META3 = {}
-def _meta3(rows, n, *caps):
-    "A decode launch's (rows, tokens, capacity of each storage) as a device constant (an array of host values is read by the GPU across the bus)"
-    key = (rows, n, *caps)
+def _meta3(rows, n, *more):
+    "A launch's (rows, tokens, *more: each storage's capacity, ...) as one device constant (an array of host values is read by the GPU across the bus)"
+    key = (rows, n, *more)
     if key not in _META3:
         if len(_META3) > 1024: _META3.clear()    # prefill chunks of many lengths: keep it bounded
         _META3[key] = device_constant(np.array(key, np.int32))
@@ -891,11 +891,21 @@ def _ready_pair(kind, kparts, vparts, n, dtype, objs):
 
 def _ready_key(kind, objs, dtype): return (kind, *(map(id, objs) if kind == "turbo" else objs), dtype)
 
-def _remember_pair(kind, guard, cls, make_launch, objs, dtype):
-    "Keep a pair decode's launch (`make_launch()`) once its guard verified the configuration"
-    if guard.state.get(cls) is True:
+def _check_pair(what, k, v, n):
+    "A ValueError naming the fix unless both sides' storages share batch and heads and hold at least `n` tokens"
+    if k[0].shape[:2] != v[0].shape[:2]: raise ValueError(f"{what}: keys of {k[0].shape[:2]} (batch, heads) and values of {v[0].shape[:2]} disagree")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= min(k[0].shape[-2], v[0].shape[-2]):
+        raise ValueError(f"{what}: n must be an integer in 1..{min(k[0].shape[-2], v[0].shape[-2])} (the tokens the storages hold), got {n!r}")
+
+def _guarded_pair(kind, guards, what, fused, reference, cls, make_launch, k, v, n, dtype, objs):
+    "A pair decode through its first-use guard (made once); once the guard verified the configuration, its launch is kept (`_READY`)"
+    if "cuda" not in guards: guards["cuda"] = GuardedKernel(f"cuda {what}", fused, reference, cls, _dp_agree)
+    k, v = tuple(k), tuple(v)
+    out = guards["cuda"](k, v, n, dtype)
+    if guards["cuda"].state.get(cls(k, v, n, dtype)) is True:
         if len(_READY) > 256: _READY.clear()
-        _READY[_ready_key(kind, objs, dtype)] = make_launch()
+        _READY[_ready_key(kind, objs, dtype)] = make_launch(k, v, dtype)
+    return out
 
 # both sides of an affine layer's past (MLX's `quantize` layout: codes low bits first in uint32 words, a float16 scale and
 # bias per group) decoded in one launch: a thread per word, its 32 / BITS codes scale * code + bias, stored two at a time
@@ -973,19 +983,12 @@ def decode_affine_pair(k, v, n, dtype):
         g = (*w.shape[:-1], w.shape[-1] * 32 // bits // gs)
         if not all(isinstance(a, mx.array) and a.shape == g for a in (sc, bi)):
             raise ValueError(f"decode_affine_pair: {nm} scales and biases must be {g}, got {getattr(sc, 'shape', sc)} and {getattr(bi, 'shape', bi)}")
-    if k[0].shape[:2] != v[0].shape[:2]: raise ValueError(f"decode_affine_pair: keys of {k[0].shape[:2]} (batch, heads) and values of {v[0].shape[:2]} disagree")
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= min(k[0].shape[-2], v[0].shape[-2]):
-        raise ValueError(f"decode_affine_pair: n must be an integer in 1..{min(k[0].shape[-2], v[0].shape[-2])} (the tokens the storages hold), got {n!r}")
+    _check_pair("decode_affine_pair", k, v, n)
     B, H = k[0].shape[:2]
     if (kernel_backend() != "cuda" or k[3] not in AFFINE_PAIR_BITS or v[3] not in AFFINE_PAIR_BITS
             or dtype not in (mx.float32, mx.float16, mx.bfloat16) or B * H * n * (k[0].shape[-1] + v[0].shape[-1]) >= 2 ** 31):
         return _ap_reference(k, v, n, dtype)
-    if "cuda" not in _APGUARDS:
-        _APGUARDS["cuda"] = GuardedKernel("cuda decode_affine_pair", _fused_affine_pair, _ap_reference, _ap_class, _dp_agree)
-    k, v = tuple(k), tuple(v)
-    out = _APGUARDS["cuda"](k, v, n, dtype)
-    _remember_pair("affine", _APGUARDS["cuda"], _ap_class(k, v, n, dtype), lambda: _ap_launch(k, v, dtype), (*k[3:], *v[3:]), dtype)
-    return out
+    return _guarded_pair("affine", _APGUARDS, "decode_affine_pair", _fused_affine_pair, _ap_reference, _ap_class, _ap_launch, k, v, n, dtype, (*k[3:], *v[3:]))
 
 _DPGUARDS = {}
 def decode_turbo_pair(k, v, n, dtype):
@@ -1002,18 +1005,11 @@ def decode_turbo_pair(k, v, n, dtype):
         _check_storage(s[0], s[1], f"decode_turbo_pair ({nm})")
         if packed_words(s[2].dim, s[3].bits) != s[0].shape[-1]:
             raise ValueError(f"decode_turbo_pair: {nm} words hold {s[0].shape[-1]} words per token, {s[2].dim} codes of {s[3].bits} bits take {packed_words(s[2].dim, s[3].bits)}")
-    if k[0].shape[:2] != v[0].shape[:2]: raise ValueError(f"decode_turbo_pair: keys of {k[0].shape[:2]} (batch, heads) and values of {v[0].shape[:2]} disagree")
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= min(k[0].shape[-2], v[0].shape[-2]):
-        raise ValueError(f"decode_turbo_pair: n must be an integer in 1..{min(k[0].shape[-2], v[0].shape[-2])} (the tokens the storages hold), got {n!r}")
+    _check_pair("decode_turbo_pair", k, v, n)
     if (kernel_backend() != "cuda" or not _pairs(k[2], k[2].dim) or not _pairs(v[2], v[2].dim)
             or dtype not in (mx.float32, mx.float16, mx.bfloat16) or k[0].shape[0] * k[0].shape[1] * n >= 2 ** 30):
         return tuple(rot.inverse(dequantize_unpack(w[..., :n, :], nm[..., :n, :], cb, rot.dim)).astype(dtype) for w, nm, rot, cb in (k, v))
-    if "cuda" not in _DPGUARDS:
-        _DPGUARDS["cuda"] = GuardedKernel("cuda decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_agree)
-    k, v = tuple(k), tuple(v)
-    out = _DPGUARDS["cuda"](k, v, n, dtype)
-    _remember_pair("turbo", _DPGUARDS["cuda"], _dp_class(k, v, n, dtype), lambda: _dp_launch(k, v, dtype), (*k[2:], *v[2:]), dtype)
-    return out
+    return _guarded_pair("turbo", _DPGUARDS, "decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_launch, k, v, n, dtype, (*k[2:], *v[2:]))
 
 # %% ../nbs/02_packing.ipynb #dfdd0ff7
 # keys and values of an update quantized straight into grown storages (a prefill chunk): blocks 0 .. meta[5]-1 are the
@@ -1069,16 +1065,12 @@ def _append_kernel():
                                 ["wk", "nk", "wv", "nv"], _QA_CUDA)
     return _QAK["k"]
 
-_QAMETA = {}
 def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
     qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
-    key = (rows, n, prev, old_k[0].shape[-2], cap)
-    if key not in _QAMETA:
-        if len(_QAMETA) > 1024: _QAMETA.clear()
-        _QAMETA[key] = device_constant(np.array([*key, qb], np.int32))
+    meta = _meta3(rows, n, prev, old_k[0].shape[-2], cap, qb)     # rows, tokens, held, old and new capacity, quantize blocks
     out = _append_kernel()(
-        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), _QAMETA[key]],
+        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), meta],
         template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
         grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
         output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
