@@ -369,7 +369,8 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (['qx', 'tk', 'tv', 'tsc', 'tkm'] if tail else []), outs + ['out', 'cnext']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
-        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False), ins)
+        dyn = {'shared_memory': _AK.dynamic_shared_bytes(src)} if backend == 'cuda' and _AK.dynamic_shared_bytes(src) else {}   # DYNLUT's pair tables
+        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **dyn), ins)
     return _KERNELS[key]
 
 def _fold_inputs(finish):

@@ -6,11 +6,13 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 
 # %% ../nbs/03a_attention_kernels.ipynb #a0c31d79
 from __future__ import annotations
+import re
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
-           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'LEAN_ANY']
+           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'RAWSC', 'LEAN_ANY',
+           'SMLANE', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -501,7 +503,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, SMLANE)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -753,6 +755,8 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
 #define KVQ_OPAQUE(p) asm("" : "+l"(p))
 #define KVQ_LDGS(p) __ldg(p)
+#define KVQ_SHFL_IDX(v, src) __shfl_sync(0xffffffffu, (v), (src))
+#define KVQ_DYN_U32(nm) extern __shared__ KVQ_ALIGN16 uint32_t nm[]
 #define KVQ_CP16(dst, src) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 """
 
@@ -1113,8 +1117,12 @@ def _scal_size(kplan, vplan, G, ns, pitch):
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
     return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
-def _mma_head(G, KNS, VNS):
-    "Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score / partial-output / softmax-statistics buffers"
+def _mma_head(G, KNS, VNS, dyn=None):
+    """Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score /
+    partial-output / softmax-statistics buffers. `dyn` (DYNLUT): the words of pair tables that start the block's dynamic
+    shared memory `kvq_dyn`, the score buffer placed after them there (its 4 to 16 KB beside 32 table copies pass the
+    46 KB a block's static shared memory may hold)"""
+    scd = "KVQ_SHARED float sc[CHMAX * G];" if dyn is None else f"KVQ_DYN_U32(kvq_dyn);\n    float* const sc = reinterpret_cast<float*>(kvq_dyn + {dyn});"
     return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
@@ -1122,7 +1130,7 @@ def _mma_head(G, KNS, VNS):
     const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
     const int b = r / H, h = r - b * H;
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
-    KVQ_SHARED float sc[CHMAX * G];
+    {scd}
     KVQ_SHARED float red[G * {32 * VNS}];
     KVQ_SHARED float stat[2 * G];
 """
@@ -1175,6 +1183,11 @@ VLO = True               # lean value loop: the weights as hi + lo parts (two pr
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
+DYNLUT = True            # CUDA lean loops: the pair tables in dynamic shared memory (MLX's `shared_memory`), so that REP copies (no bank conflicts) fit beside 1024-token chunks' score buffers: the static 46 KB held 16 copies (two-way conflicts on every lookup of 4-bit codes, `bench/h200_20261128e/`)
+DYN_BUDGET = 56 * 1024   # DYNLUT: shared bytes per block, static and dynamic: 4 resident blocks (LB) of an H100 / H200 SM (228 KB, 1 KB of it reserved per block); under 64 KB, which any sm_80+ GPU gives a block
+VPRO = True              # folded lean kernels with BMERGE: a chunk's first PF value tiles loaded before the warp's softmax, not after it (the value loop then starts on loads in flight since the score loop ended)
+RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine scales and biases) prefetched as the stored 16- or 32-bit values and converted to float where the tile is computed; False: converted where loaded, which makes the warp wait for the load there (H200, 131K, turbo:4: ~20% of the decode kernel's stall samples on those conversions, `bench/h200_20261128e/`)
+
 LEAN_ANY = False         # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False (default until a GPU run settles it: one H200 run, 2026-11-28, -11% at 131K, +18% at 32K on Gemma's shape): those configurations take the earlier tensor-core loops
 
 def _lean_ok(kplan, vplan):
@@ -1200,13 +1213,27 @@ def _stage_bytes(kplan, vplan):
     return 4 * _NW * STG * 16 * max(rows.values()) if rows else 0
 
 def _lean_rep(kplan, vplan, G, staged=0):
-    "Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async stages included; at most REP), 0 if not even one"
+    """Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async
+    stages included; at most REP), 0 if not even one: within the static limit, or with DYNLUT (tables in dynamic shared
+    memory) within DYN_BUDGET for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = KL if _lut_shared(kplan, vplan) else KL + VL
     base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G   # + the warps' softmax statistics (`WSM`)
     rep = max(1, REP)
-    while rep and base + 4 * L * rep > _SHARED_LIMIT['cuda']: rep //= 2
+    while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
+
+def _dyn_request(need, kplan, vplan, G):
+    """The dynamic shared bytes a DYNLUT kernel asks for: `need`, or just over 48,000 where the block's static and
+    dynamic memory together pass 48 KB (MLX raises a kernel's dynamic limit only for requests over 48,000 bytes; a
+    smaller request over that total fails at launch)"""
+    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 64
+    return need if need > 48000 or need + static <= 48 * 1024 - 512 else 48004
+
+def dynamic_shared_bytes(source):
+    "The dynamic shared memory a generated kernel body declares it needs (`// kvq_dynamic_shared_bytes: N`), 0 if none"
+    m = re.search(r'// kvq_dynamic_shared_bytes: (\d+)', source)
+    return int(m.group(1)) if m else 0
 
 def _lean_rows(kplan, vplan):
     "Source: each band's row of words and of scalars for this block's (batch, head), and their token strides as ints, once"
@@ -1243,10 +1270,15 @@ def _lean_range(side, i, b, name, tok, start, nbits, declare=True, row=None):
                 {' '.join(loads)}"""
     return src + _funnel(name, W, aligned)
 
-def _lean_sc(side, i, tok, grp=None):
-    "Source: band i's per-token scalar (`g` norm / scale, `z` bias) of token `tok` (group `grp` for affine), as float"
-    if grp is None: return lambda nm: f"(float)KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2))"
-    return lambda nm: f"(float)KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3))"
+def _lean_sc(side, i, tok, grp=None, raw=False):
+    "Source: band i's per-token scalar (`g` norm / scale, `z` bias) of token `tok` (group `grp` for affine), as float (`raw`: as stored)"
+    cast = '' if raw else '(float)'
+    if grp is None: return lambda nm: f"{cast}KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2))"
+    return lambda nm: f"{cast}KVQ_LDGS({side}{nm}{i}_row + (unsigned)({tok} * {side}{nm}{i}_s2 + ({grp}) * {side}{nm}{i}_s3))"
+
+def _sc_type(side, nm, i):
+    "Source: the declared type of a prefetched scalar: float, or with RAWSC the stored type of `side nm i`'s input (no spaces: `_lean_loop` parses declarations)"
+    return f"decltype(KVQ_LDGS({side}{nm}{i}_row))" if RAWSC else "float"
 
 def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of, rows=None):
     """The loads of one tile for a thread: (declarations, load statements with suffix placeholder `@`, statements of the
@@ -1262,11 +1294,12 @@ def _lean_tile_loads(side, plan, toks, start, nbits_of, grp_of, rows=None):
                 decl.append(f"uint32_t y{t}{i}@[{W}];")
                 load.append(_lean_range(side, i, b, f"y{t}{i}@", tok, start(i, b), nbits_of(i, b), declare=False))
             if b.table is not None:
-                decl.append(f"float g{t}{i}@;"); load.append(f"g{t}{i}@ = {_lean_sc(side, i, tok)('g')};")
+                decl.append(f"{_sc_type(side, 'g', i)} g{t}{i}@;"); load.append(f"g{t}{i}@ = {_lean_sc(side, i, tok, raw=RAWSC)('g')};")
             else:
                 for j, grp in enumerate(grp_of(i, b)):
-                    sc = _lean_sc(side, i, tok, grp)
-                    decl.append(f"float s{t}{i}_{j}@, z{t}{i}_{j}@;"); load.append(f"s{t}{i}_{j}@ = {sc('g')}; z{t}{i}_{j}@ = {sc('z')};")
+                    sc = _lean_sc(side, i, tok, grp, RAWSC)
+                    decl.append(f"{_sc_type(side, 'g', i)} s{t}{i}_{j}@;"); decl.append(f"{_sc_type(side, 'z', i)} z{t}{i}_{j}@;")
+                    load.append(f"s{t}{i}_{j}@ = {sc('g')}; z{t}{i}_{j}@ = {sc('z')};")
     return decl, load, tile
 
 def _stage_copy(side, tile, slot):
@@ -1282,11 +1315,16 @@ def _lean_depth(decl):
     words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
     return min(PF, 1) if words > 8 else PF
 
-def _lean_loop(decl, load, tokset, nts, body, side=None):
+def _scalar_names(decl):
+    "The names (without the set placeholder `@`) declared by the scalar declarations of a tile's loads (not `uint32_t` word arrays)"
+    return [nm.strip().replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in d[d.index(' ') + 1:].rstrip(';').split(',')]
+
+def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
-    loading those of the tile k steps on before it computes (k tiles of loads in flight per warp)"""
-    cur = lambda xs: '\n            '.join(x.replace('@', '') for x in xs)
+    loading those of the tile k steps on before it computes (k tiles of loads in flight per warp). `split`: (prologue:
+    the register sets declared and the first k tiles' loads issued, the loop) for a caller that issues the prologue
+    earlier (`VPRO`); ('', the loop) where there is none (PF = 0)"""
     pre, post = '', ''
     if side in _STAGED:   # the tile's words through the warp's cp.async stages: tile jt in slot jt % STG, copied STG - 1 tiles ahead
         ns = STG
@@ -1298,13 +1336,23 @@ def _lean_loop(decl, load, tokset, nts, body, side=None):
             """ + body + "\n            KVQ_SYNCWARP();")
         post = "\n        KVQ_CP_WAIT(0); KVQ_SYNCWARP();"
     k = _lean_depth(decl)
+    if not k and split: return '', _lean_loop(decl, load, tokset, nts, body, side)
     if not k:
+        names = _scalar_names(decl) if RAWSC else []   # the scalars as loaded (suffix r), then as floats
+        def raw(xs):
+            out = []
+            for x in xs:
+                for nm in names: x = x.replace(nm + '@', nm + 'r')
+                out.append(x.replace('@', ''))
+            return '\n            '.join(out)
+        conv = ' '.join(f"const float {nm} = (float){nm}r;" for nm in names)
         return f"""{pre}
         for (int tb = warp * 16; tb < NV; tb += 64) {{
             {tokset}
             {nts.replace('TB', 'tb')}
-            {cur(decl)}
-            {cur(load)}
+            {raw(decl)}
+            {raw(load)}
+            {conv}
             {body}
         }}{post}"""
     buf = lambda s, xs: '\n            '.join(x.replace('@', f'p{s}') for x in xs)
@@ -1319,6 +1367,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None):
                 if '[' in nm:
                     base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
                     copies.append(f"uint32_t (&{base})[{W}] = {base}p{s};" if ROT else f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
+                elif RAWSC: copies.append(f"const float {nm.replace('@', '')} = (float){nm.replace('@', f'p{s}')};")   # converted here, loaded k tiles ago
                 else: copies.append(f"const float{'&' if ROT else ''} {nm.replace('@', '')} = {nm.replace('@', f'p{s}')};")
         into = (s + k) % nset        # ROT: the set the previous stage computed on; else this stage's own, once copied
         stages.append(f"""IF{s} {{   // stage {s}: set {s}'s tile computed on, the tile {k} steps on loaded into set {into}
@@ -1331,11 +1380,12 @@ def _lean_loop(decl, load, tokset, nts, body, side=None):
         }}""")
     st = (chr(10) + '            ').join(stages)
     for s in range(nset): st = st.replace(f'IF{s} ', f'if (tb0 + {64 * s} < NV) ')
-    return f"""{pro}
+    loop = f"""
         {pre}
         for (int tb0 = warp * 16; tb0 < NV; tb0 += {64 * nset}) {{
             {st}
         }}{post}"""
+    return (pro, loop) if split else pro + loop
 
 def _lean_keys(kplan, G, rep, wsm=False):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
@@ -1435,8 +1485,12 @@ def _lean_values(vplan, G, rep, carry=False):
     nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
     acc = f"""float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
-    loop = _lean_loop(decl, load, tokset, nts, chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip(), 'v')
-    if carry: return acc, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n", _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX')
+    vbody = chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip()
+    if carry:   # (accumulators, the value prologue, the chunk's value loop, the merge): the caller issues the prologue before the softmax (VPRO)
+        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v'))
+        return (acc, pro, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n",
+                _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX'))
+    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v')
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         {acc}
         {loop}
@@ -1452,7 +1506,7 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax(MT=None):
+def _warp_softmax(MT=None, G=None):
     """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
     head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
     across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
@@ -1469,6 +1523,7 @@ def _warp_softmax(MT=None):
             if (g == 2 * tig + 1) f1 = f;
         }}
         for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
+    if SMLANE and G and 32 % G == 0: return _warp_softmax_lanes(carry, join, w)   # (G: the query heads per KV head, where the caller gives it)
     done = ("for (int g = 0; g < G; ++g) { for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }" if carry else
             """for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
         if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }""")
@@ -1485,6 +1540,35 @@ def _warp_softmax(MT=None):
             const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
             for (int g = 0; g < G; ++g) {{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}
         }}
+        {done}
+        KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
+    }}
+"""
+
+SMLANE = False           # the warp softmax with G dividing 32: lanes read the warp's scores as they lie (16 tokens x G heads per tile, consecutive words: no bank conflicts), lane l always head l % G; False (default): lane = token, every head (G-way conflicts: 4-way for G = 4), measured faster: H200, 131K, turbo:4 81.3 against 84.6 us, affine:4 87.2 against 88.9 (more spilled registers with it, `bench/h200_20261128e/`)
+
+def _warp_softmax_lanes(carry, join, w):
+    """Source: `_warp_softmax` with each lane on the consecutive score words e = lane + 32 k of the warp's tiles (tile
+    e / 16G, word e % 16G of it), so the lane's head is e % G = lane % G for every k: a max and a sum per lane, reduced
+    over the lanes of one head (xor offsets 16 .. G), then every head's handed to every lane by indexed shuffles (lane g
+    holds head g), for the code that follows (`join`: the carried softmax's update)"""
+    idx = "(warp * 16 + 64 * (e / (16 * G))) * G + (e & (16 * G - 1))"
+    done = ("for (int g = 0; g < G; ++g) cl[g] += l[g];" if carry else
+            "if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }")
+    return f"""    {{  // 2. this warp's softmax over its own tiles{', joined to what it carries from the block' + "'" + 's earlier chunks' if carry else ''} (lane l: head l % G, consecutive score words)
+        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
+        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0, ne = nj * G, gl = lane % G;
+        float mm = KVQ_NEG_INF;
+        for (int e = lane; e < ne; e += 32) mm = KVQ_MAX(mm, sc[{idx}]);
+        for (int off = 16; off >= G; off >>= 1) mm = KVQ_MAX(mm, KVQ_SHFL(mm, off));
+        float m[G], l[G];
+        for (int g = 0; g < G; ++g) m[g] = KVQ_SHFL_IDX(mm, g);{join}
+        float wo = KVQ_NEG_INF;   // the max this lane's head's weights are taken against
+        for (int g = 0; g < G; ++g) if (g == gl) wo = {w}[g];
+        float ll = 0.0f;
+        for (int e = lane; e < ne; e += 32) {{ const int i = {idx}; const float pv = wo == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[i] - wo); sc[i] = pv; ll += pv; }}
+        for (int off = 16; off >= G; off >>= 1) ll += KVQ_SHFL(ll, off);
+        for (int g = 0; g < G; ++g) l[g] = KVQ_SHFL_IDX(ll, g);
         {done}
         KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
     }}
@@ -1548,10 +1632,15 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     wsm = _wsm_ok(VNS, G)   # (`carry` only where `_bmerge_ok`, which implies it)
-    luts = (f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else '') + f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
+    luts = f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else ''
+    tw = rep * (KL if share else KL + VL)   # the pair tables' words
+    if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
+        luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn;\n    "
+                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {KL * rep};"))
+    else: luts += f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
-    head = _mma_head(G, KNS, VNS) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
+    head = _mma_head(G, KNS, VNS, tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));
@@ -1560,20 +1649,21 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     KVQ_SYNC();
 """
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
-        acc, loop, sums = _lean_values(vplan, G, rep, True)
+        acc, vpro, loop, sums = _lean_values(vplan, G, rep, True)
         MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
     for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(MT)}    {loop}    }}
+    {_lean_keys(kplan, G, rep, wsm)}    {vpro}
+{_warp_softmax(MT, G)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax() if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(G=G) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

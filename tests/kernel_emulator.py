@@ -37,6 +37,9 @@ static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
+static float kvq_shfl_idx(float v, int src) {
+    g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
+    float r = g_slot[(g_tid & ~31) + (src & 31)]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
 typedef float T;
 typedef _Float16 kvq_half;
 static uint32_t kvq_h2(float lo, float hi) {
@@ -78,6 +81,7 @@ static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
+#define KVQ_SHFL_IDX(v, src) kvq_shfl_idx((v), (src))
 #define KVQ_SYNC() g_bar->arrive_and_wait()
 #define KVQ_SHARED static
 #define KVQ_DEV
@@ -105,7 +109,8 @@ MACROS = r"""
 #define KVQ_SADDR(p) ((char*)(p))
 #define KVQ_LDS32(x, a) ((x) = *(const uint32_t*)(a))
 #define KVQ_LDG1(x, p) ((x) = *(p))
-#define KVQ_LDGS(p) (*(p))
+#define KVQ_DYN_U32(nm) static uint32_t nm[KVQ_DYN_WORDS]   /* the launch's dynamic shared memory (shared_memory bytes) */
+#define KVQ_LDGS(p) ([](const auto* q_) { return *q_; }(p))   /* a value, as __ldg returns (C++20: usable in decltype) */
 #define KVQ_OPAQUE(p) ((void)0)
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
@@ -201,6 +206,7 @@ def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_c
                        f"constexpr int {k} = {v};\n" if isinstance(v, int) else f"using {k} = {_ctype(v)};\n" for k, v in template)
         ins = [(n, _ctype(x.dtype)) for n, x in zip(input_names, inputs)]
         outs = [(n, _ctype(d)) for n, d in zip(output_names, output_dtypes)]
+        head += f"constexpr int KVQ_DYN_WORDS = {max(1, shared_memory // 4)};\n"   # the dynamic shared memory the kernel was made with, and no more
         launch = compile_kernel(header + source, ins, outs, head)
         # outputs start as garbage, as MLX's (uninitialized) do: a kernel must write whatever it returns
         res = [np.full(sh, np.nan if t == 'float' else 0x5A5A5A5A, _NPTYPES[t]) for sh, (_, t) in zip(output_shapes, outs)]
