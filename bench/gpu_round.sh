@@ -13,9 +13,9 @@
 #       lowab / lowncu (one layer / the decode kernel under Nsight Compute at 131K: low parts of queries and weights dropped, fewer registers for more resident blocks)
 #       repab  (32 pair-table copies with 512-token chunks vs the default: Nsight Compute at 131K and one layer alternating: about 7 min)
 #       stall131 (the default decode kernel's stall reasons at 131K, turbo:4, Nsight Compute: about 1 min)
-#       sass131 (the default decode kernel's stall samples per SASS instruction at 131K, turbo:4; its duration without code loads, at 3 resident blocks, PF=1: about 3 min)
+#       sass131 (the default decode kernel's stall samples per SASS instruction at 131K, turbo:4; its duration at 3 resident blocks and PF=1: about 3 min)
 #       rawsc  (RAWSC / VPRO against both off and each alone: the decode kernel at 131K under Nsight Compute, then the default's stall samples per SASS instruction: about 5 min)
-#       dynlut (DYNLUT / SMLANE against each off, and PF=1: the decode kernel at 131K under Nsight Compute: about 4 min)
+#       dynlut (DYNLUT against off, and PF=1: the decode kernel at 131K under Nsight Compute: about 3 min)
 #       final  (one layer per call, then checks with their time cut to 270 s: about 6.5 min)
 #       knobncu (the decode kernel's duration at 131K under Nsight Compute for PSUM, LPCH, KACC, PF against the default: about 5 min)
 #       wsmab  (the warps' own softmax and parallel sums against PSUM alone and neither: Nsight Compute at 131K, then one layer alternating: about 6 min)
@@ -98,20 +98,20 @@ case $part in
            timeout 200 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 --metrics "$M" \
              --section SpeedOfLight python3 bench/ncu_decode.py turbo:4 131072 > "$O/ncu_stalls_turbo4.txt" 2>&1
            grep -E "stalled|Duration" "$O/ncu_stalls_turbo4.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' ;;
-  sass131) NCU=/usr/local/cuda/bin/ncu   # the default decode kernel at 131,072 tokens (turbo:4): stall samples per SASS instruction (bench/sass_stalls.py sums them by loop and opcode), then its duration without its code loads (_DIAG) and at 3 resident blocks (about 3 min)
+  sass131) NCU=/usr/local/cuda/bin/ncu   # the default decode kernel at 131,072 tokens (turbo:4): stall samples per SASS instruction (bench/sass_stalls.py sums them by loop and opcode), then its duration at 3 resident blocks and PF=1 (about 3 min; `_DIAG` cannot run there: the first-use check refuses its wrong results)
            timeout 200 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 \
              --section WarpStateStats --section SourceCounters --section SpeedOfLight --import-source no -o "$O/sass" python3 bench/ncu_decode.py turbo:4 131072 > "$O/sass_run.txt" 2>&1
            $NCU -i "$O/sass.ncu-rep" --page source --csv --print-source sass > "$O/sass_turbo4.csv" 2>&1
            $NCU -i "$O/sass.ncu-rep" --page details > "$O/details_turbo4.txt" 2>&1; rm -f "$O/sass.ncu-rep"
            grep -E "Duration|Warp Cycles Per Issued|Issued Warp" "$O/details_turbo4.txt"; wc -l "$O/sass_turbo4.csv"
-           ncu_sets "$O/diag.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "_DIAG='noload'" "LB=3" "PF=1" "PF=2" ;;
+           ncu_sets "$O/diag.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "LB=3" "PF=1" "PF=2" ;;
   rawsc) NCU=/usr/local/cuda/bin/ncu   # scalars prefetched raw (RAWSC) and the value prologue before the softmax (VPRO), both on by default since: the decode kernel at 131K under Nsight Compute against both off and each alone, then the new default's stall samples per SASS instruction (about 5 min)
            ncu_sets "$O/rawsc.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "RAWSC=False VPRO=False" "VPRO=False" "RAWSC=False" "PF=2"
            timeout 120 $NCU --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 1 \
              --section WarpStateStats --section SourceCounters --section SpeedOfLight --import-source no -o "$O/sass" python3 bench/ncu_decode.py turbo:4 131072 > "$O/sass_run.txt" 2>&1
            $NCU -i "$O/sass.ncu-rep" --page source --csv --print-source sass > "$O/sass_turbo4.csv" 2>&1; rm -f "$O/sass.ncu-rep"
            python3 bench/sass_stalls.py "$O/sass_turbo4.csv" | head -12 ;;
-  dynlut) ncu_sets "$O/dynlut.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "SMLANE=False" "DYNLUT=False SMLANE=False" "PF=1" "PF=2" ;;   # 32 pair-table copies in dynamic shared memory (DYNLUT) and the softmax on consecutive score words (SMLANE), both on by default since: the decode kernel at 131K under Nsight Compute against each off, and PF=1 (about 4 min)
+  dynlut) ncu_sets "$O/dynlut.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "DYNLUT=False" "PF=1" "PF=2" ;;   # 32 pair-table copies in dynamic shared memory (DYNLUT, on by default since): the decode kernel at 131K under Nsight Compute against it off, and PF=1 (the 2026-11-28 run also timed SMLANE, a softmax variant measured slower and removed: bench/h200_20261128e/)
   final) mkdir -p "$O/layer" "$O/check" "$O/steps"   # one layer per call (4K / 32K / 131K, every scheme vs fp16 SDPA), then the GPU checks with their time cut to fit a short device budget (about 6.5 min)
          timeout 90 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -8
          timeout 270 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &

@@ -369,8 +369,8 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (['qx', 'tk', 'tv', 'tsc', 'tkm'] if tail else []), outs + ['out', 'cnext']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
-        dyn = {'shared_memory': _AK.dynamic_shared_bytes(src)} if backend == 'cuda' and _AK.dynamic_shared_bytes(src) else {}   # DYNLUT's pair tables
-        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **dyn), ins)
+        dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
+        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
     return _KERNELS[key]
 
 def _fold_inputs(finish):

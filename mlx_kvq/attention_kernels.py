@@ -12,7 +12,7 @@ import re
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
            'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'RAWSC', 'LEAN_ANY',
-           'SMLANE', 'dynamic_shared_bytes']
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -503,7 +503,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, SMLANE)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -755,7 +755,6 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
 #define KVQ_OPAQUE(p) asm("" : "+l"(p))
 #define KVQ_LDGS(p) __ldg(p)
-#define KVQ_SHFL_IDX(v, src) __shfl_sync(0xffffffffu, (v), (src))
 #define KVQ_DYN_U32(nm) extern __shared__ KVQ_ALIGN16 uint32_t nm[]
 #define KVQ_CP16(dst, src) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 """
@@ -1225,8 +1224,10 @@ def _lean_rep(kplan, vplan, G, staged=0):
 
 def _dyn_request(need, kplan, vplan, G):
     """The dynamic shared bytes a DYNLUT kernel asks for: `need`, or just over 48,000 where the block's static and
-    dynamic memory together pass 48 KB (MLX raises a kernel's dynamic limit only for requests over 48,000 bytes; a
-    smaller request over that total fails at launch)"""
+    dynamic memory together may pass 48 KB (MLX raises a kernel's dynamic limit only for requests over 48,000 bytes; a
+    smaller request over that total fails at launch). The static part is estimated from above (`_mma_shared_bytes`
+    counts buffers the lean kernel does not declare), so a request is at worst rounded up needlessly;
+    `test_dynamic_shared_memory_launches` checks the rule against ptxas's static bytes"""
     static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 64
     return need if need > 48000 or need + static <= 48 * 1024 - 512 else 48004
 
@@ -1315,9 +1316,13 @@ def _lean_depth(decl):
     words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
     return min(PF, 1) if words > 8 else PF
 
+def _decl_names(d):
+    "The names one declaration of a tile's loads declares (with the set placeholder `@`; word arrays with their `[W]`)"
+    return [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]
+
 def _scalar_names(decl):
     "The names (without the set placeholder `@`) declared by the scalar declarations of a tile's loads (not `uint32_t` word arrays)"
-    return [nm.strip().replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in d[d.index(' ') + 1:].rstrip(';').split(',')]
+    return [nm.replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in _decl_names(d)]
 
 def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
@@ -1363,7 +1368,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
     for s in range(nset):
         copies = []
         for d in decl:
-            for nm in [x.strip() for x in d[d.index(' ') + 1:].rstrip(';').split(',')]:
+            for nm in _decl_names(d):
                 if '[' in nm:
                     base, W = nm.split('['); W = W.rstrip(']'); base = base.replace('@', '')
                     copies.append(f"uint32_t (&{base})[{W}] = {base}p{s};" if ROT else f"uint32_t {base}[{W}]; for (int e = 0; e < {W}; ++e) {base}[e] = {base}p{s}[e];")
@@ -1506,7 +1511,7 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax(MT=None, G=None):
+def _warp_softmax(MT=None):
     """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
     head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
     across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
@@ -1523,7 +1528,6 @@ def _warp_softmax(MT=None, G=None):
             if (g == 2 * tig + 1) f1 = f;
         }}
         for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
-    if SMLANE and G and 32 % G == 0: return _warp_softmax_lanes(carry, join, w)   # (G: the query heads per KV head, where the caller gives it)
     done = ("for (int g = 0; g < G; ++g) { for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }" if carry else
             """for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
         if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }""")
@@ -1540,35 +1544,6 @@ def _warp_softmax(MT=None, G=None):
             const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
             for (int g = 0; g < G; ++g) {{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}
         }}
-        {done}
-        KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
-    }}
-"""
-
-SMLANE = False           # the warp softmax with G dividing 32: lanes read the warp's scores as they lie (16 tokens x G heads per tile, consecutive words: no bank conflicts), lane l always head l % G; False (default): lane = token, every head (G-way conflicts: 4-way for G = 4), measured faster: H200, 131K, turbo:4 81.3 against 84.6 us, affine:4 87.2 against 88.9 (more spilled registers with it, `bench/h200_20261128e/`)
-
-def _warp_softmax_lanes(carry, join, w):
-    """Source: `_warp_softmax` with each lane on the consecutive score words e = lane + 32 k of the warp's tiles (tile
-    e / 16G, word e % 16G of it), so the lane's head is e % G = lane % G for every k: a max and a sum per lane, reduced
-    over the lanes of one head (xor offsets 16 .. G), then every head's handed to every lane by indexed shuffles (lane g
-    holds head g), for the code that follows (`join`: the carried softmax's update)"""
-    idx = "(warp * 16 + 64 * (e / (16 * G))) * G + (e & (16 * G - 1))"
-    done = ("for (int g = 0; g < G; ++g) cl[g] += l[g];" if carry else
-            "if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }")
-    return f"""    {{  // 2. this warp's softmax over its own tiles{', joined to what it carries from the block' + "'" + 's earlier chunks' if carry else ''} (lane l: head l % G, consecutive score words)
-        KVQ_SYNCWARP();   // the warp's scores, written by its lanes, visible to all of them
-        const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0, ne = nj * G, gl = lane % G;
-        float mm = KVQ_NEG_INF;
-        for (int e = lane; e < ne; e += 32) mm = KVQ_MAX(mm, sc[{idx}]);
-        for (int off = 16; off >= G; off >>= 1) mm = KVQ_MAX(mm, KVQ_SHFL(mm, off));
-        float m[G], l[G];
-        for (int g = 0; g < G; ++g) m[g] = KVQ_SHFL_IDX(mm, g);{join}
-        float wo = KVQ_NEG_INF;   // the max this lane's head's weights are taken against
-        for (int g = 0; g < G; ++g) if (g == gl) wo = {w}[g];
-        float ll = 0.0f;
-        for (int e = lane; e < ne; e += 32) {{ const int i = {idx}; const float pv = wo == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[i] - wo); sc[i] = pv; ll += pv; }}
-        for (int off = 16; off >= G; off >>= 1) ll += KVQ_SHFL(ll, off);
-        for (int g = 0; g < G; ++g) l[g] = KVQ_SHFL_IDX(ll, g);
         {done}
         KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
     }}
@@ -1657,13 +1632,13 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT, G)}    {loop}    }}
+{_warp_softmax(MT)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(G=G) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax() if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

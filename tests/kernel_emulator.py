@@ -37,9 +37,6 @@ static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
-static float kvq_shfl_idx(float v, int src) {
-    g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
-    float r = g_slot[(g_tid & ~31) + (src & 31)]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
 typedef float T;
 typedef _Float16 kvq_half;
 static uint32_t kvq_h2(float lo, float hi) {
@@ -81,7 +78,6 @@ static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
-#define KVQ_SHFL_IDX(v, src) kvq_shfl_idx((v), (src))
 #define KVQ_SYNC() g_bar->arrive_and_wait()
 #define KVQ_SHARED static
 #define KVQ_DEV

@@ -92,3 +92,20 @@ def test_included_body_compiles_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(P, '_included', lambda *a: orig(*a).split('\n', 1)[1])
     with pytest.raises(RuntimeError, match='strides'):
         CR.compile_decode(kp, vp, G, True, include=True)
+
+@pytest.mark.parametrize('case', CASES + [('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4,2 G8 d64', TurboCodec(4), TurboCodec(2, seed=1), 8, 64),
+                                 ('turbo:4 G3 d128', TurboCodec(4), TurboCodec(4, seed=1), 3, 128), ('turbo:4,2 G3 d256', TurboCodec(4), TurboCodec(2, seed=1), 3, 256)],   # turbo:4,2 G3 d256: 47,104 dynamic bytes beside 3.4 KB static, so the request is rounded past 48,000 (`_dyn_request`)
+                         ids=lambda c: c[0])
+@pytest.mark.parametrize('fold', [False, True], ids=['two-launch', 'folded'])
+def test_dynamic_shared_memory_launches(case, fold):
+    """`DYNLUT`: the static shared memory ptxas reports plus the dynamic bytes the source asks for stay within
+    DYN_BUDGET (4 blocks an H100 / H200 SM), and a block over 48 KB asks for more than 48,000 dynamic bytes: below that
+    MLX leaves the kernel's dynamic limit at its default and the launch fails (seen on an H200, 2026-11-28)"""
+    _, kc, vc, G, D = case
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    qprep = _finish_kind(kp)
+    src = AK._decode_source(kp, vp, G, 'cuda', None if qprep == 'dense' else qprep, fold=_finish_kind(vp) if fold else None)
+    dyn = AK.dynamic_shared_bytes(src)
+    (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, fold)
+    assert (dyn > 0) == (AK._uses_mma(kp, vp, G, 'cuda') and AK.LEAN and AK._lean_ok(kp, vp)), case[0]
+    assert smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case[0], smem, dyn)

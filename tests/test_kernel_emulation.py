@@ -90,7 +90,7 @@ def test_block_merge(monkeypatch):
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, lpch, lo, masked)
     orig = AK._warp_softmax
-    monkeypatch.setattr(AK, '_warp_softmax', lambda MT=None, G=None: orig(MT, G).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
+    monkeypatch.setattr(AK, '_warp_softmax', lambda MT=None: orig(MT).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
     monkeypatch.setattr(AK, 'LPCH', 2)
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
@@ -478,20 +478,22 @@ def test_scalars_prefetched_raw(monkeypatch):
     """`RAWSC`: the lean loops' per-token scalars (turbo norms, affine scales and biases) prefetched as stored and
     converted where their tile is computed, with the loads k tiles ahead (PF = 2, register sets rotated or copied) or
     in the tile (PF = 0); and converted where loaded (RAWSC off): the same attention. The source says which it is.
-    `VPRO` on and off (a chunk's first value tiles loaded before the warp's softmax, or after it), `DYNLUT` (the pair
-    tables in dynamic shared memory, the emulated block given exactly the bytes the source names) and `SMLANE` (the warp
-    softmax's lanes on consecutive score words) on and off: the same too."""
+    `VPRO` on and off (a chunk's first value tiles loaded before the warp's softmax, or after it) and `DYNLUT` (32 copies
+    of the pair tables and the score buffer in dynamic shared memory, the emulated block given exactly the bytes the
+    source names, which must hold them) on and off: the same too."""
     for name, kc, vc, B, Hkv, G, D, n in (FINAL[0], FINAL[2]):
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-        for raw, pf, rot, vpro, dyn, lanes in ((True, 2, True, True, True, True), (True, 2, False, True, True, True), (True, 0, True, True, False, True),
-                                               (False, 2, True, False, False, False), (True, 2, True, False, True, False)):
-            for k, v in dict(RAWSC=raw, PF=pf, ROT=rot, VPRO=vpro, DYNLUT=dyn, SMLANE=lanes).items(): monkeypatch.setattr(AK, k, v)
+        entries = sum(1 << 2 * b.bits for p in ((kp,) if kc.bits == vc.bits else (kp, vp)) for b in p.bands if b.bits <= 4)   # pair-table entries (one table where both sides share it)
+        for raw, pf, rot, vpro, dyn in ((True, 2, True, True, True), (True, 2, False, True, True), (True, 0, True, True, False),
+                                        (False, 2, True, False, False), (True, 2, True, False, True)):
+            for k, v in dict(RAWSC=raw, PF=pf, ROT=rot, VPRO=vpro, DYNLUT=dyn).items(): monkeypatch.setattr(AK, k, v)
             src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
             assert ('(float)KVQ_LDGS' in src) == (not raw) and ('decltype(KVQ_LDGS(' in src) == raw, (name, raw, pf, rot)
             if pf: assert (src.index('y00p0[') < src.index("this warp's softmax")) == vpro, (name, vpro)   # the first value tile's words
-            assert (AK.dynamic_shared_bytes(src) > 0) == dyn and ('KVQ_SHFL_IDX(mm' in src) == lanes, (name, dyn, lanes)
-            assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, raw, pf, rot, vpro, dyn, lanes)
-    for k, v in dict(RAWSC=True, PF=2, ROT=True, VPRO=True, DYNLUT=True, SMLANE=False).items(): monkeypatch.setattr(AK, k, v)
+            if dyn: assert 'lane & 31' in src and AK.dynamic_shared_bytes(src) >= 4 * (32 * entries + AK._chmax(G) * G), name
+            else: assert AK.dynamic_shared_bytes(src) == 0, name
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, raw, pf, rot, vpro, dyn)
+    for k, v in dict(RAWSC=True, PF=2, ROT=True, VPRO=True, DYNLUT=True).items(): monkeypatch.setattr(AK, k, v)
     orig = AK._lean_loop   # not vacuous: a stage converting the norm of another register set (loaded for another tile) is caught
     monkeypatch.setattr(AK, '_lean_loop', lambda *a, **k: orig(*a, **k).replace("= (float)ga0p0;", "= (float)ga0p1;") if not k.get('split') else orig(*a, **k))
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
