@@ -29,6 +29,8 @@
 #       short4k (Nsight Compute at 4K: the decode kernel by BLOCKS / REP / LPCH_MIN, and fp16 SDPA's kernels at 4K and 131K: about 4 min)
 #       blocks300 (after BLOCKS 900 -> 300: decode steps, one layer twice, fp16 SDPA's kernel at 4K: about 7 min)
 #       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
+#       l2pf   (L2PF / L2B, L2 prefetches of later tiles and the loads' L2 prefetch size, against the default: the decode kernel at 131K under Nsight Compute: about 5 min)
+#       l2pf32 (the knob set $K against the default at 32K under Nsight Compute)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -201,6 +203,11 @@ case $part in
              echo "$e decode"; grep -E "^\\| [0-9]" "$O/decode_${e%%=*}_${e#*=}.log"
              env $e timeout 100 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4 affine:4 fp16 --out "$O/p_${e%%=*}_${e#*=}" > "$O/prefill_${e%%=*}_${e#*=}.log" 2>&1
              echo "$e prefill"; grep -E "^\\| (fp16|turbo|affine)" "$O/prefill_${e%%=*}_${e#*=}.log" | cut -d'|' -f1,2,11-14; done ;;
+  l2pf) timeout 60 python3 bench/ncu_decode.py turbo:4 4096 L2PF=4 L2B=256 > "$O/sanity.txt" 2>&1; grep -c "using the reference" "$O/sanity.txt"
+        ncu_sets "$O/l2pf.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "L2PF=2" "L2PF=4" "L2B=256" "L2PF=4 L2B=256" "PF=2"
+        timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+          python3 bench/ncu_decode.py fp16 131072 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 131072: /" | tee -a "$O/l2pf.txt" ;;   # L2 prefetches of tiles further on (L2PF) and the loads' L2 prefetch size (L2B), off by default: the decode kernel at 131K under Nsight Compute against the default (about 5 min)
+  l2pf32) CTX=32768 ncu_sets "$O/l2pf32.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "$K" "PF=2" ;;   # the knob set K (environment) against the default at 32K
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
