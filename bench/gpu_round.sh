@@ -31,6 +31,9 @@
 #       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
 #       l2pf   (L2PF / L2B, L2 prefetches of later tiles and the loads' L2 prefetch size, against the default: the decode kernel at 131K under Nsight Compute: about 5 min)
 #       l2pf32 (the knob set $K against the default at 32K under Nsight Compute)
+#       diag131 (the decode kernel at 131K without its pair-table lookups / its code-word loads, diagnostics with wrong results: about 3.5 min)
+#       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
+#       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
 #       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -208,6 +211,13 @@ case $part in
         timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
           python3 bench/ncu_decode.py fp16 131072 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 131072: /" | tee -a "$O/l2pf.txt" ;;   # L2 prefetches of tiles further on (L2PF) and the loads' L2 prefetch size (L2B), off by default: the decode kernel at 131K under Nsight Compute against the default (about 5 min)
   l2pf32) CTX=32768 ncu_sets "$O/l2pf32.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "$K" "PF=2" ;;   # the knob set K (environment) against the default at 32K
+  diag131) ncu_sets "$O/diag131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "--unchecked _DIAG='nolds'" "--unchecked _DIAG='noload'" "PF=2" ;;   # what the decode kernel at 131K costs without its pair-table lookups (nolds) or without its code-word loads (noload): wrong results on purpose, past the first-use check (about 3.5 min)
+  status1) mkdir -p "$O/layer" "$O/gemma"   # where the bars stand: one layer per call (the issue's shape, 4K / 32K / 131K) and auto:5's codec kinds on Gemma's shape, every scheme vs fp16 SDPA (about 4 min)
+         timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5
+         timeout 200 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O/gemma" > "$O/gemma/run.log" 2>&1; grep -v "^#" "$O/gemma/run.log" | tail -5
+         grep -c "using the reference" "$O/layer/run.log" "$O/gemma/run.log" ;;
+  status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 \
+             --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the issue's whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

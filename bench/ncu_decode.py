@@ -7,7 +7,8 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
     ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
 
 32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape). Arguments after N set kernel knobs of
-`attention_kernels` (e.g. `LEAN=False PCH=2`).
+`attention_kernels` (e.g. `LEAN=False PCH=2`); `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
+on purpose) past the first-use check so that its duration can be measured.
 """
 import sys
 from pathlib import Path
@@ -18,8 +19,12 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 
-scheme, n = sys.argv[1], int(sys.argv[2])
-from knobs import apply_knobs; apply_knobs(sys.argv[3:])   # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
+argv = [a for a in sys.argv[1:] if a != '--unchecked']
+scheme, n = argv[0], int(argv[1])
+from knobs import apply_knobs; apply_knobs(argv[2:])   # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
+if '--unchecked' in sys.argv:   # diagnostics only (`_DIAG`): the first-use check accepts a kernel whatever it returns, so a wrong-on-purpose variant runs
+    from mlx_kvq import attention as A
+    A._agree_final = lambda *a: None
 B, Hkv, G, D = 1, 8, 4, 128
 dt = mx.float16
 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)

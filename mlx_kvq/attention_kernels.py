@@ -733,7 +733,7 @@ SCAL = False             # the chunk's per-token scalars (norms, affine scales a
 CLAMP = False            # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
 LB = 4                   # CUDA: resident blocks per SM the compiler must allow (`__launch_bounds__(128, LB)`: registers capped at 65536 / (128 LB)); 0: none
-_DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic)
+_DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic); 'nolds' the lean loops' pair-table lookups by a multiply of the pair's codes (without the shared-memory lookups); both give wrong results (`bench/ncu_decode.py --unchecked`)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
 
 _MMA_PRELUDE = r"""
@@ -877,6 +877,7 @@ def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None):
     if b.bits <= 4:
         if rep is None: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
         fld = f"KVQ_PRMT({arr}[{off >> 5}], 0u, {0x4440 + ((off & 31) >> 3):#x})" if b.bits == 4 else _field(arr, off, 2 * b.bits)
+        if _DIAG == 'nolds': return f"const uint32_t {out} = ({fld}) * 0x00410041u;"   # bench only: no table lookup (wrong values)
         return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff} + {fld} * {4 * rep});"
     v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]" if b.table is not None else f"(float){_field(arr, o, b.bits)}"
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
@@ -1373,10 +1374,8 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             return '\n            '.join(out)
         conv = ' '.join(f"const float {nm} = (float){nm}r;" for nm in names)
         return f"""{pre}
-        {' '.join(pref(f'warp * 16 + {64 * s}') for s in range(l2d)) if l2d else ''}
-        for (int tb = warp * 16; tb < NV; tb += 64) {{
-            {pref(f'tb + {64 * l2d}') if l2d else ''}
-            {tokset}
+        {''.join(pref(f'warp * 16 + {64 * s}') + chr(10) + '        ' for s in range(l2d))}for (int tb = warp * 16; tb < NV; tb += 64) {{
+            {pref(f'tb + {64 * l2d}') + chr(10) + '            ' if l2d else ''}{tokset}
             {nts.replace('TB', 'tb')}
             {raw(decl)}
             {raw(load)}
@@ -1404,8 +1403,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             {tokset}
             {' '.join(copies)}
             {{ {nts.replace('TB', f'tb + {64 * k}')}
-            {buf(into, load)} }}
-            {pref(f'tb + {64 * (k + l2d)}') if l2d else ''}
+            {buf(into, load)} }}{chr(10) + '            ' + pref(f'tb + {64 * (k + l2d)}') if l2d else ''}
             {body}
         }}""")
     st = (chr(10) + '            ').join(stages)

@@ -504,7 +504,8 @@ def test_l2_prefetches_stay_in_the_storage(monkeypatch):
     token). The emulator counts every prefetch whose address is in no input buffer and fails the launch on one; the
     attention is the same with the prefetches (L2PF 2 and 5, register loads PF 2 or in the tile) and the source has
     them in both loops only when asked. Not vacuous: prefetches past the clamp are caught."""
-    assert 'KVQ_PFL2(' not in AK._decode_source(A.side_plan(TurboCodec(4), 128), A.side_plan(TurboCodec(4, seed=1), 128), 4, 'cuda', 'rot', fold='rot').split('#define KVQ_PFL2')[-1]
+    dflt = AK._decode_source(A.side_plan(TurboCodec(4), 128), A.side_plan(TurboCodec(4, seed=1), 128), 4, 'cuda', 'rot', fold='rot')
+    assert 'KVQ_PFL2(' not in dflt.split('#define KVQ_PFL2')[-1] and 'L2::' not in dflt   # the defaults (both 0): neither
     for name, kc, vc, B, Hkv, G, D, n in (FINAL[0], FINAL[2]):
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
         for l2pf, pf in ((2, 2), (5, 2), (2, 0)):
