@@ -216,7 +216,7 @@ case $part in
          timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5
          timeout 200 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O/gemma" > "$O/gemma/run.log" 2>&1; grep -v "^#" "$O/gemma/run.log" | tail -5
          grep -c "using the reference" "$O/layer/run.log" "$O/gemma/run.log" ;;
-  status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 \
+  status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 ${ROUNDS:+--rounds $ROUNDS} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;

@@ -11,7 +11,7 @@ import argparse, datetime, json, math, os, platform, statistics, sys, time
 import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import llama
-from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache
+from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache, can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.generate import generate_step
 
 from .integrate import make_prompt_cache, parse_scheme, probe_kv_shapes, bits_per_value
@@ -174,48 +174,88 @@ def shape_model(name: str, dtype=mx.float16, seed: int = 0):
     return model
 
 def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(1024,), *, steps: int = 32, warmup: int = 3,
-                 dtype=None, group_size: int = 64, seed: int = 0, progress=None) -> list[dict]:
+                 dtype=None, group_size: int = 64, seed: int = 0, rounds: int = 1, progress=None) -> list[dict]:
     """Greedy decode tokens/s of `model` with every cache layer filled to each context, per scheme, with fp16 first as the
-    reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value)"""
+    reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value). With `rounds` > 1 every
+    scheme's caches of a context are filled once and kept, and each round times every scheme in turn (the order reversed
+    every other round, the caches trimmed back to the context after each run, or refilled where they cannot be trimmed):
+    a row's tokens/s is the median over the rounds and `vs_fp16` the median of each round's ratio to that round's fp16
+    (`vs_fp16_min` / `vs_fp16_max` their range), so that a drift of the host's speed during the run does not land on one
+    scheme"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]
     if steps < 1: raise CliError(f"--steps must be 1 or more, got {steps}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1: raise CliError(f"--rounds must be 1 or more, got {rounds!r}")
     for c in contexts:
         if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
     if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     shapes = probe_kv_shapes(model) or {}
     parsed.sort(key=lambda p: p[1] != "fp16")
+    has_ref = bool(parsed) and parsed[0][1] == "fp16"
+    def filled(scheme, context):
+        caches = bench_caches(model, scheme, group_size=group_size)
+        for i, c in enumerate(caches):
+            got = shapes.get(str(i))
+            if got is None or got[1] is None:
+                raise CliError(f"cache layer {i} ({type(c).__name__}) has no plain key/value shape to fill: whole-model decode "
+                               "needs every layer's cache fillable with keys and values")
+            _fill(c, got[1][:3], context, dtype, seed + 7919 * i)
+        return caches
+    def tokens_per_s(caches):
+        mx.random.seed(seed)
+        gen = generate_step(mx.array([1]), model, prompt_cache=caches, max_tokens=warmup + steps)
+        for _ in range(warmup): next(gen)
+        t0 = time.perf_counter()
+        for _ in range(steps): next(gen)
+        tps = steps / (time.perf_counter() - t0)
+        for _ in gen: pass
+        return tps
     rows = []
     for context in contexts:
-        context, base = int(context), None
-        for name, scheme in parsed:
-            caches = bench_caches(model, scheme, group_size=group_size)
-            for i, c in enumerate(caches):
-                got = shapes.get(str(i))
-                if got is None or got[1] is None:
-                    raise CliError(f"cache layer {i} ({type(c).__name__}) has no plain key/value shape to fill: whole-model decode "
-                                   "needs every layer's cache fillable with keys and values")
-                _fill(c, got[1][:3], context, dtype, seed + 7919 * i)
-            mx.random.seed(seed)
-            gen = generate_step(mx.array([1]), model, prompt_cache=caches, max_tokens=warmup + steps)
-            for _ in range(warmup): next(gen)
-            t0 = time.perf_counter()
-            for _ in range(steps): next(gen)
-            tps = steps / (time.perf_counter() - t0)
-            for _ in gen: pass
-            if scheme == "fp16": base = tps
-            rows.append(dict(context=context, scheme=name, tokens_per_s=tps, vs_fp16=None if base is None else tps / base,
-                             nbytes=sum(int(c.nbytes) for c in caches), bits_per_value=bits_per_value(caches, model, shapes),
-                             steps=steps, layers=len(caches)))
+        context = int(context)
+        if rounds == 1:   # one pass: each scheme's caches filled, timed and freed in turn (the least memory)
+            base = None
+            for name, scheme in parsed:
+                caches = filled(scheme, context)
+                tps = tokens_per_s(caches)
+                if scheme == "fp16": base = tps
+                rows.append(dict(context=context, scheme=name, tokens_per_s=tps, vs_fp16=None if base is None else tps / base,
+                                 nbytes=sum(int(c.nbytes) for c in caches), bits_per_value=bits_per_value(caches, model, shapes),
+                                 steps=steps, layers=len(caches), rounds=1))
+                if progress: progress(rows[-1])
+                del caches
+                mx.clear_cache()
+            continue
+        sets = {name: filled(scheme, context) for name, scheme in parsed}
+        held, tps = {}, {name: [] for name, _ in parsed}
+        for r in range(rounds):
+            order = [n for n, _ in parsed] if r % 2 == 0 else [n for n, _ in parsed][::-1]
+            for name in order:
+                cs = sets[name]; start = cs[0].offset
+                tps[name].append(tokens_per_s(cs))
+                if name not in held: held[name] = (sum(int(c.nbytes) for c in cs), bits_per_value(cs, model, shapes))   # as one pass counts them: after a run
+                if can_trim_prompt_cache(cs):   # back to `context` tokens for the next round
+                    trim_prompt_cache(cs, cs[0].offset - start)
+                    if cs[0].offset != start: raise RuntimeError(f"{name}: trimming the caches left {cs[0].offset} tokens, not {start}")
+                else: sets[name] = filled(dict(parsed)[name], context)
+        for name, _ in parsed:
+            ratios = [t / f for t, f in zip(tps[name], tps[parsed[0][0]])] if has_ref else None
+            rows.append(dict(context=context, scheme=name, tokens_per_s=statistics.median(tps[name]),
+                             vs_fp16=None if ratios is None else statistics.median(ratios),
+                             vs_fp16_min=None if ratios is None else min(ratios), vs_fp16_max=None if ratios is None else max(ratios),
+                             tokens_per_s_rounds=tps[name], nbytes=held[name][0], bits_per_value=held[name][1],
+                             steps=steps, layers=len(sets[name]), rounds=rounds))
             if progress: progress(rows[-1])
-            del caches, gen
-            mx.clear_cache()
+        del sets
+        mx.clear_cache()
     return rows
 
 def decode_table(rows) -> str:
-    "The whole-model rows as a markdown table."
+    "The whole-model rows as a markdown table (with rounds: the median ratio to fp16 and, where they differ, the rounds' range)"
     out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x | "
+        spread = (f" ({r['vs_fp16_min']:.2f}-{r['vs_fp16_max']:.2f})" if r.get('rounds', 1) > 1 and r.get('vs_fp16_min') is not None
+                  and r['vs_fp16_min'] != r['vs_fp16_max'] else "")
+        out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x{spread} | "
                    f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} |")
     return "\n".join(out)
 
@@ -246,6 +286,10 @@ def _bench_arguments(p: argparse.ArgumentParser):
                    help="whole-model greedy decode tokens/s instead of one attention call: a named shape with random weights "
                         f"({', '.join(MODEL_SHAPES)}), 'embedded' (the embedded Gemma 3 270M) or a local mlx-lm model directory")
     p.add_argument("--steps", type=_positive_int, default=32, metavar="N", help="timed decode steps per row with --whole-model (default: %(default)s)")
+    p.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
+                   help="with --whole-model: time every scheme N times in alternating order, caches filled once and kept (all "
+                        "schemes' caches of a context in memory at once), and report medians and each round's ratio to fp16 "
+                        "(default: %(default)s: one pass, each scheme's caches freed before the next)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and the header to PATH as JSON")
 
 def run_bench(args) -> int:
@@ -280,11 +324,11 @@ def _run_whole_model(args, dtype) -> int:
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
     header = (f"whole-model greedy decode, {wm}{' (random weights)' if wm in MODEL_SHAPES else ''}, {str(run_dtype).split('.')[-1]}; "
               f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, MLX {mx.__version__} "
-              f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; {args.steps} steps after {args.warmup} warm-up, "
-              f"mlx-lm generate_step; {datetime.date.today().isoformat()}")
+              f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; {args.steps} steps after {args.warmup} warm-up"
+              f"{f', {args.rounds} rounds (medians)' if args.rounds > 1 else ''}, mlx-lm generate_step; {datetime.date.today().isoformat()}")
     print(header, flush=True)
     rows = decode_bench(model, args.kv, args.context, steps=args.steps, warmup=args.warmup, dtype=run_dtype,
-                        group_size=args.kv_group_size, seed=args.seed, progress=lambda r: print(
+                        group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, progress=lambda r: print(
                             f"  {r['context']:>7,} {r['scheme']:<12} {r['tokens_per_s']:.1f} tok/s", file=sys.stderr, flush=True))
     print(decode_table(rows))
     if args.json:
