@@ -33,6 +33,7 @@
 #       l2pf32 (the knob set $K against the default at 32K under Nsight Compute)
 #       diag131 (the decode kernel at 131K without its pair-table lookups / its code-word loads, diagnostics with wrong results: about 3.5 min)
 #       issuebench (the issue's `python -m mlx_kvq bench` one-layer command: ms per call and its host-build part: about 2 min)
+#       hostsplit (bench/host_split_cuda.py: the host's build of one attention call through the dispatcher, by function: about 1 min)
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
 #       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
@@ -215,6 +216,7 @@ case $part in
   diag131) ncu_sets "$O/diag131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "--unchecked _DIAG='nolds'" "--unchecked _DIAG='noload'" "PF=2" ;;   # what the decode kernel at 131K costs without its pair-table lookups (nolds) or without its code-word loads (noload): wrong results on purpose, past the first-use check (about 3.5 min)
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
+  hostsplit) timeout 200 python3 bench/host_split_cuda.py > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)
   status1) mkdir -p "$O/layer" "$O/gemma"   # where the bars stand: one layer per call (the issue's shape, 4K / 32K / 131K) and auto:5's codec kinds on Gemma's shape, every scheme vs fp16 SDPA (about 4 min)
          timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5
          timeout 200 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O/gemma" > "$O/gemma/run.log" 2>&1; grep -v "^#" "$O/gemma/run.log" | tail -5
