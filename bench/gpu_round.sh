@@ -29,11 +29,9 @@
 #       short4k (Nsight Compute at 4K: the decode kernel by BLOCKS / REP / LPCH_MIN, and fp16 SDPA's kernels at 4K and 131K: about 4 min)
 #       blocks300 (after BLOCKS 900 -> 300: decode steps, one layer twice, fp16 SDPA's kernel at 4K: about 7 min)
 #       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
-#       l2pf   (L2PF / L2B, L2 prefetches of later tiles and the loads' L2 prefetch size, against the default: the decode kernel at 131K under Nsight Compute: about 5 min)
-#       l2pf32 (the knob set $K against the default at 32K under Nsight Compute)
 #       diag131 (the decode kernel at 131K without its pair-table lookups / its code-word loads, diagnostics with wrong results: about 3.5 min)
 #       issuebench (the issue's `python -m mlx_kvq bench` one-layer command: ms per call and its host-build part: about 2 min)
-#       hostsplit (bench/host_split_cuda.py: the host's build of one attention call through the dispatcher, by function: about 1 min)
+#       hostsplit (bench/host_calls_cuda.py --profile: the host's build of one attention call through the dispatcher, by function: about 1 min)
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
 #       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
@@ -208,15 +206,10 @@ case $part in
              echo "$e decode"; grep -E "^\\| [0-9]" "$O/decode_${e%%=*}_${e#*=}.log"
              env $e timeout 100 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4 affine:4 fp16 --out "$O/p_${e%%=*}_${e#*=}" > "$O/prefill_${e%%=*}_${e#*=}.log" 2>&1
              echo "$e prefill"; grep -E "^\\| (fp16|turbo|affine)" "$O/prefill_${e%%=*}_${e#*=}.log" | cut -d'|' -f1,2,11-14; done ;;
-  l2pf) timeout 60 python3 bench/ncu_decode.py turbo:4 4096 L2PF=4 L2B=256 > "$O/sanity.txt" 2>&1; grep -c "using the reference" "$O/sanity.txt"
-        ncu_sets "$O/l2pf.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "L2PF=2" "L2PF=4" "L2B=256" "L2PF=4 L2B=256" "PF=2"
-        timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
-          python3 bench/ncu_decode.py fp16 131072 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 131072: /" | tee -a "$O/l2pf.txt" ;;   # L2 prefetches of tiles further on (L2PF) and the loads' L2 prefetch size (L2B), off by default: the decode kernel at 131K under Nsight Compute against the default (about 5 min)
-  l2pf32) CTX=32768 ncu_sets "$O/l2pf32.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "$K" "PF=2" ;;   # the knob set K (environment) against the default at 32K
   diag131) ncu_sets "$O/diag131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "--unchecked _DIAG='nolds'" "--unchecked _DIAG='noload'" "PF=2" ;;   # what the decode kernel at 131K costs without its pair-table lookups (nolds) or without its code-word loads (noload): wrong results on purpose, past the first-use check (about 3.5 min)
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
-  hostsplit) timeout 200 python3 bench/host_split_cuda.py > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)
+  hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)
   status1) mkdir -p "$O/layer" "$O/gemma"   # where the bars stand: one layer per call (the issue's shape, 4K / 32K / 131K) and auto:5's codec kinds on Gemma's shape, every scheme vs fp16 SDPA (about 4 min)
          timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5
          timeout 200 python3 bench/check_fused_cuda.py --quick --only gemma --out "$O/gemma" > "$O/gemma/run.log" 2>&1; grep -v "^#" "$O/gemma/run.log" | tail -5

@@ -8,7 +8,13 @@ arguments passed by value).
 
     python3 bench/host_calls_cuda.py [--context 4096] [--calls 64]
 
-A decode step that is bound by the host (a small model, a short context) runs at the speed of build + submit."""
+A decode step that is bound by the host (a small model, a short context) runs at the speed of build + submit.
+
+    python3 bench/host_calls_cuda.py --profile [--context 4096]
+
+instead builds one attention call through mlx_kvq's dispatcher (as a model and `mlx-kvq bench` call it) 1000 times per
+scheme (fp16, turbo:4, affine:4), with no evaluation between them, and gives a cProfile of the same calls by own time per
+call (MLX's `cuda_kernel` call is one builtin entry: its C++ side counts there, not in mlx_kvq's functions)."""
 import argparse, ctypes, ctypes.util, glob, hashlib, os, platform, sys, time, warnings
 from pathlib import Path
 import mlx.core as mx
@@ -67,9 +73,34 @@ def nvrtc_ptx(name, src):
 TINY = "const int i = threadIdx.x; if (i < 4) out[i] = a[i] + b[i];"
 
 
+def profile_dispatch(context, calls=1000):
+    "`--profile`: us per attention call built through the dispatcher, then a cProfile of those builds by own time"
+    import cProfile, pstats
+    from mlx_kvq.bench import bench_caches, _bench_scheme, layer_model, _fill
+    from mlx_kvq.integrate import probe_kv_shapes
+    from mlx_kvq.dispatch import scaled_dot_product_attention as sdpa
+    print(f"# host build per attention call through the dispatcher; {context} tokens, {calls} calls; {platform.node()}, "
+          f"MLX {mx.__version__} {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    m = layer_model(32, 8, 128); shp = probe_kv_shapes(m)['0'][1][:3]
+    q = mx.random.normal((1, 32, 1, 128)).astype(mx.float16)
+    for kv in ('fp16', 'turbo:4', 'affine:4'):
+        c = bench_caches(m, _bench_scheme(kv))[0]; k, v = _fill(c, shp, context, mx.float16, 0)
+        f = lambda: sdpa(mx.stop_gradient(q), k, v, c, scale=128 ** -0.5, mask=None)
+        for _ in range(5): mx.eval(f())
+        print(f"{kv}: build us per call, 5 runs: {' '.join(f'{per_call(f, calls, 0):.1f}' for _ in range(5))}")
+        pr = cProfile.Profile(); keep = []
+        pr.enable()
+        for _ in range(calls): keep.append(f())
+        pr.disable(); mx.eval(keep); del keep
+        top = sorted(((v[2], f"{Path(k[0]).name}:{k[1]}({k[2]})", v[0]) for k, v in pstats.Stats(pr).stats.items()), reverse=True)[:10]
+        for tt, where, n in top: print(f"   {1e6 * tt / calls:7.2f} us own  {where}  ({n} calls)")
+
+
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument('--context', type=int, default=4096); ap.add_argument('--calls', type=int, default=64)
+    ap.add_argument('--profile', action='store_true', help="only the dispatcher's build per call and its cProfile (1000 calls per scheme)")
     a = ap.parse_args()
+    if a.profile: return profile_dispatch(a.context)
     print(f"# host_calls_cuda {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; MLX {mx.__version__} {mx.default_device()}; "
           f"{platform.node()}; backend {P.kernel_backend()}; context {a.context}; {a.calls} calls per evaluation; "
           f"KVQ_KNOBS={os.environ.get('KVQ_KNOBS', '')!r}")

@@ -11,8 +11,8 @@ import re
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
-           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'RAWSC', 'L2PF', 'L2B',
-           'LEAN_ANY', 'dynamic_shared_bytes']
+           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'RAWSC', 'LEAN_ANY',
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -503,7 +503,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, L2PF, L2B)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -757,12 +757,7 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDGS(p) __ldg(p)
 #define KVQ_DYN_U32(nm) extern __shared__ KVQ_ALIGN16 uint32_t nm[]
 #define KVQ_CP16(dst, src) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
-#define KVQ_PFL2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
 """
-
-def _mma_prelude():
-    "The tensor-core kernel's macros; with `L2B`, the code words' loads ask L2 for that many bytes around each sector they miss"
-    return _MMA_PRELUDE.replace('ld.global.nc.', f'ld.global.nc.L2::{L2B}B.') if L2B else _MMA_PRELUDE
 
 def _uses_mma(kplan, vplan, G, backend, half=True):
     "Whether `_decode_source` generates the tensor-core kernel for this configuration"
@@ -1128,7 +1123,7 @@ def _mma_head(G, KNS, VNS, dyn=None):
     shared memory `kvq_dyn`, the score buffer placed after them there (its 4 to 16 KB beside 32 table copies pass the
     46 KB a block's static shared memory may hold)"""
     scd = "KVQ_SHARED float sc[CHMAX * G];" if dyn is None else f"KVQ_DYN_U32(kvq_dyn);\n    float* const sc = reinterpret_cast<float*>(kvq_dyn + {dyn});"
-    return _PRELUDE['cuda'] + _mma_prelude() + f"""
+    return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int r = KVQ_BY;
@@ -1192,8 +1187,6 @@ DYNLUT = True            # CUDA lean loops: the pair tables in dynamic shared me
 DYN_BUDGET = 56 * 1024   # DYNLUT: shared bytes per block, static and dynamic: 4 resident blocks (LB) of an H100 / H200 SM (228 KB, 1 KB of it reserved per block); under 64 KB, which any sm_80+ GPU gives a block
 VPRO = True              # folded lean kernels with BMERGE: a chunk's first PF value tiles loaded before the warp's softmax, not after it (the value loop then starts on loads in flight since the score loop ended)
 RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine scales and biases) prefetched as the stored 16- or 32-bit values and converted to float where the tile is computed; False: converted where loaded, which makes the warp wait for the load there (H200, 131K, turbo:4: ~20% of the decode kernel's stall samples on those conversions, `bench/h200_20261128e/`)
-L2PF = 0                 # lean loops: each stage also asks L2 for the words and scalars of the tile L2PF steps beyond the one it loads (`prefetch.global.L2`: no registers; DRAM latency taken early, the register loads then wait on L2 only); 0: none
-L2B = 0                  # CUDA lean loops: the code words' loads with L2's prefetch size (`ld.global.nc.L2::<L2B>B`: 64, 128 or 256 bytes fetched around each missed sector); 0: none
 
 LEAN_ANY = False         # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False (default until a GPU run settles it: one H200 run, 2026-11-28, -11% at 131K, +18% at 32K on Gemma's shape): those configurations take the earlier tensor-core loops
 
@@ -1319,17 +1312,6 @@ def _stage_copy(side, tile, slot):
             f"                for (int i = lane; i < {16 * CPR}; i += 32) {{ const int t = i / {CPR}, c = i - t * {CPR};"
             f" KVQ_CP16(dst + t * {RW} + 4 * c, {side}w0_row + (unsigned)((t0 + min(({tile}) + t, NV - 1)) * {side}w0_s2) + 4 * c); }} }}")
 
-def _lean_prefetch(side, plan, TB):
-    """Source: L2 prefetches (`L2PF`) of the words and per-token scalars of the 16-token tile at chunk offset `TB`
-    (clamped to the chunk's last token): lane l asks for token l % 16, at word 0 of its row or (l >= 16) word 32 (rows
-    of 33-64 words: two 128-byte lines), so one instruction per array covers a tile of rows up to 256 bytes"""
-    out = [f"const int npf = t0 + min({TB} + (lane & 15), NV - 1);"]
-    for i, b in enumerate(plan.bands):
-        out.append(f"KVQ_PFL2({side}w{i}_row + (unsigned)(npf * {side}w{i}_s2 + min((lane >> 4) * 32, {b.n_words - 1})));")
-        for nm in ('g',) if b.table is not None else ('g', 'z'):
-            out.append(f"KVQ_PFL2({side}{nm}{i}_row + (unsigned)(npf * {side}{nm}{i}_s2));")
-    return "{ " + ' '.join(out) + " }"
-
 def _lean_depth(decl):
     "Tiles of loads in flight for a loop whose tile loads fill `decl`: PF, but 1 where a tile holds more than 8 words per thread (head dim 256 at 4 bits: 2 would spill under LB)"
     words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
@@ -1343,15 +1325,12 @@ def _scalar_names(decl):
     "The names (without the set placeholder `@`) declared by the scalar declarations of a tile's loads (not `uint32_t` word arrays)"
     return [nm.replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in _decl_names(d)]
 
-def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None):
+def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
     loading those of the tile k steps on before it computes (k tiles of loads in flight per warp). `split`: (prologue:
     the register sets declared and the first k tiles' loads issued, the loop) for a caller that issues the prologue
-    earlier (`VPRO`); ('', the loop) where there is none (PF = 0). `pref` (`L2PF`): TB -> the L2 prefetches of the
-    tile at chunk offset TB, issued L2PF tiles beyond each tile's register loads (and for the first such tiles in the
-    prologue)"""
-    l2d = L2PF if pref is not None and side not in _STAGED else 0
+    earlier (`VPRO`); ('', the loop) where there is none (PF = 0)"""
     pre, post = '', ''
     if side in _STAGED:   # the tile's words through the warp's cp.async stages: tile jt in slot jt % STG, copied STG - 1 tiles ahead
         ns = STG
@@ -1363,7 +1342,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             """ + body + "\n            KVQ_SYNCWARP();")
         post = "\n        KVQ_CP_WAIT(0); KVQ_SYNCWARP();"
     k = _lean_depth(decl)
-    if not k and split: return '', _lean_loop(decl, load, tokset, nts, body, side, pref=pref)
+    if not k and split: return '', _lean_loop(decl, load, tokset, nts, body, side)
     if not k:
         names = _scalar_names(decl) if RAWSC else []   # the scalars as loaded (suffix r), then as floats
         def raw(xs):
@@ -1374,8 +1353,8 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             return '\n            '.join(out)
         conv = ' '.join(f"const float {nm} = (float){nm}r;" for nm in names)
         return f"""{pre}
-        {''.join(pref(f'warp * 16 + {64 * s}') + chr(10) + '        ' for s in range(l2d))}for (int tb = warp * 16; tb < NV; tb += 64) {{
-            {pref(f'tb + {64 * l2d}') + chr(10) + '            ' if l2d else ''}{tokset}
+        for (int tb = warp * 16; tb < NV; tb += 64) {{
+            {tokset}
             {nts.replace('TB', 'tb')}
             {raw(decl)}
             {raw(load)}
@@ -1385,8 +1364,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
     buf = lambda s, xs: '\n            '.join(x.replace('@', f'p{s}') for x in xs)
     nset = k + 1 if ROT else k       # register sets: ROT keeps one more and rotates them (no copies)
     pro = '\n        '.join(buf(s, decl) for s in range(nset)) + '\n        ' + '\n        '.join(
-        f"{{ {nts.replace('TB', f'warp * 16 + {64 * s}')}\n            {buf(s, load)} }}" for s in range(k)) + ''.join(
-        '\n        ' + pref(f'warp * 16 + {64 * s}') for s in range(k, k + l2d))
+        f"{{ {nts.replace('TB', f'warp * 16 + {64 * s}')}\n            {buf(s, load)} }}" for s in range(k))
     stages = []
     for s in range(nset):
         copies = []
@@ -1403,7 +1381,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             {tokset}
             {' '.join(copies)}
             {{ {nts.replace('TB', f'tb + {64 * k}')}
-            {buf(into, load)} }}{chr(10) + '            ' + pref(f'tb + {64 * (k + l2d)}') if l2d else ''}
+            {buf(into, load)} }}
             {body}
         }}""")
     st = (chr(10) + '            ').join(stages)
@@ -1465,7 +1443,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
             }}"""
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
-        {_lean_loop(decl, load, tokset, nts, body, 'k', pref=lambda TB: _lean_prefetch('k', kplan, TB))}
+        {_lean_loop(decl, load, tokset, nts, body, 'k')}
         {'' if wsm else f"for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token"}
     }}
     {'' if wsm else 'KVQ_SYNC();'}
@@ -1515,11 +1493,10 @@ def _lean_values(vplan, G, rep, carry=False):
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
     vbody = chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip()
     if carry:   # (accumulators, the value prologue, the chunk's value loop, the merge): the caller issues the prologue before the softmax (VPRO)
-        pref = lambda TB: _lean_prefetch('v', vplan, TB)
-        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True, pref=pref) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=pref))
+        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v'))
         return (acc, pro, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n",
                 _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX'))
-    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=lambda TB: _lean_prefetch('v', vplan, TB))
+    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v')
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         {acc}
         {loop}

@@ -191,7 +191,6 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
     if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     shapes = probe_kv_shapes(model) or {}
     parsed.sort(key=lambda p: p[1] != "fp16")
-    has_ref = bool(parsed) and parsed[0][1] == "fp16"
     def filled(scheme, context):
         caches = bench_caches(model, scheme, group_size=group_size)
         for i, c in enumerate(caches):
@@ -210,41 +209,41 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
         tps = steps / (time.perf_counter() - t0)
         for _ in gen: pass
         return tps
+    def held(caches): return sum(int(c.nbytes) for c in caches), bits_per_value(caches, model, shapes), len(caches)   # counted after a run
+    def row(context, name, tps, ref, kept):
+        "A row of one scheme: median tokens/s over its rounds, the median of each round's ratio to that round's fp16 and their range"
+        ratios = None if ref is None else [t / f for t, f in zip(tps, ref)]
+        return dict(context=context, scheme=name, tokens_per_s=statistics.median(tps), tokens_per_s_rounds=tps,
+                    vs_fp16=None if ratios is None else statistics.median(ratios), vs_fp16_min=None if ratios is None else min(ratios),
+                    vs_fp16_max=None if ratios is None else max(ratios), nbytes=kept[0], bits_per_value=kept[1], steps=steps,
+                    layers=kept[2], rounds=len(tps))
     rows = []
     for context in contexts:
-        context = int(context)
+        context, ref = int(context), None
         if rounds == 1:   # one pass: each scheme's caches filled, timed and freed in turn (the least memory)
-            base = None
             for name, scheme in parsed:
                 caches = filled(scheme, context)
-                tps = tokens_per_s(caches)
-                if scheme == "fp16": base = tps
-                rows.append(dict(context=context, scheme=name, tokens_per_s=tps, vs_fp16=None if base is None else tps / base,
-                                 nbytes=sum(int(c.nbytes) for c in caches), bits_per_value=bits_per_value(caches, model, shapes),
-                                 steps=steps, layers=len(caches), rounds=1))
+                tps = [tokens_per_s(caches)]
+                if scheme == "fp16": ref = tps
+                rows.append(row(context, name, tps, ref, held(caches)))
                 if progress: progress(rows[-1])
                 del caches
                 mx.clear_cache()
             continue
         sets = {name: filled(scheme, context) for name, scheme in parsed}
-        held, tps = {}, {name: [] for name, _ in parsed}
+        kept, tps = {}, {name: [] for name, _ in parsed}
         for r in range(rounds):
-            order = [n for n, _ in parsed] if r % 2 == 0 else [n for n, _ in parsed][::-1]
-            for name in order:
+            for name in [n for n, _ in parsed][::1 if r % 2 == 0 else -1]:
                 cs = sets[name]; start = cs[0].offset
                 tps[name].append(tokens_per_s(cs))
-                if name not in held: held[name] = (sum(int(c.nbytes) for c in cs), bits_per_value(cs, model, shapes))   # as one pass counts them: after a run
+                if name not in kept: kept[name] = held(cs)
                 if can_trim_prompt_cache(cs):   # back to `context` tokens for the next round
                     trim_prompt_cache(cs, cs[0].offset - start)
                     if cs[0].offset != start: raise RuntimeError(f"{name}: trimming the caches left {cs[0].offset} tokens, not {start}")
                 else: sets[name] = filled(dict(parsed)[name], context)
+        ref = tps[parsed[0][0]] if parsed and parsed[0][1] == "fp16" else None
         for name, _ in parsed:
-            ratios = [t / f for t, f in zip(tps[name], tps[parsed[0][0]])] if has_ref else None
-            rows.append(dict(context=context, scheme=name, tokens_per_s=statistics.median(tps[name]),
-                             vs_fp16=None if ratios is None else statistics.median(ratios),
-                             vs_fp16_min=None if ratios is None else min(ratios), vs_fp16_max=None if ratios is None else max(ratios),
-                             tokens_per_s_rounds=tps[name], nbytes=held[name][0], bits_per_value=held[name][1],
-                             steps=steps, layers=len(sets[name]), rounds=rounds))
+            rows.append(row(context, name, tps[name], ref, kept[name]))
             if progress: progress(rows[-1])
         del sets
         mx.clear_cache()
@@ -254,7 +253,7 @@ def decode_table(rows) -> str:
     "The whole-model rows as a markdown table (with rounds: the median ratio to fp16 and, where they differ, the rounds' range)"
     out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        spread = (f" ({r['vs_fp16_min']:.2f}-{r['vs_fp16_max']:.2f})" if r.get('rounds', 1) > 1 and r.get('vs_fp16_min') is not None
+        spread = (f" ({r['vs_fp16_min']:.2f}-{r['vs_fp16_max']:.2f})" if r.get('vs_fp16_min') is not None
                   and r['vs_fp16_min'] != r['vs_fp16_max'] else "")
         out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x{spread} | "
                    f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} |")

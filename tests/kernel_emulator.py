@@ -54,12 +54,6 @@ static uint32_t kvq_prmt(uint32_t x, uint32_t y, uint32_t s) {
     const uint64_t v = ((uint64_t)y << 32) | x; uint32_t out = 0;
     for (int i = 0; i < 4; ++i) out |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
     return out; }
-static std::vector<std::pair<const char*, const char*>> g_inputs;   // [start, end) of every input buffer of the launch
-static std::atomic<int> g_bad_prefetch{0};
-static void kvq_prefetch(const void* p) {   // an L2 prefetch (KVQ_PFL2): must name a byte of an input, as the GPU's would
-    const char* c = (const char*)p;
-    for (const auto& r : g_inputs) if (c >= r.first && c < r.second) return;
-    ++g_bad_prefetch; }
 static uint32_t g_ma[1024][4], g_mb[1024][2];
 static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
     // mma.sync m16n8k16 row.col f32.f16.f16.f32 over the 32 lanes of the calling thread's warp (PTX fragment layouts)
@@ -116,7 +110,6 @@ MACROS = r"""
 #define KVQ_OPAQUE(p) ((void)0)
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
-#define KVQ_PFL2(p) kvq_prefetch((const void*)(p))
 """
 _LIBS = {}
 
@@ -160,10 +153,8 @@ def compile_kernel(source, ins, outs, head=""):
             params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
     params += [f'{ty}* {n}' for n, ty in outs]; cparams += [f'{ty}* {n}' for n, ty in outs]; args += [n for n, _ in outs]
     code = PRE + CUDA_NAMES + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
-    code += 'extern "C" int bad_prefetches() { return g_bad_prefetch.exchange(0); }\n'
-    code += 'extern "C" void launch(' + ', '.join(cparams + ['const long long* RNG', 'int NR', 'int GX', 'int GY', 'int NTH']) + ") {\n"
-    code += """    g_inputs.clear(); for (int i = 0; i < NR; ++i) g_inputs.emplace_back((const char*)RNG[2 * i], (const char*)RNG[2 * i] + RNG[2 * i + 1]);
-    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
+    code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
+    code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new std::barrier<>(32));
     for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) {
         g_bx = bx; g_by = by;
@@ -188,10 +179,7 @@ def compile_kernel(source, ins, outs, head=""):
             if n + '_strides' in seen:
                 st = np.array([x // a.itemsize for x in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
         for o in outputs: cargs.append(o.ctypes.data_as(ctypes.c_void_p))
-        rng = np.array([v for a in keep for v in (a.ctypes.data, a.nbytes)], np.int64)   # the inputs (and their strides)
-        lib.launch(*cargs, rng.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(len(rng) // 2), ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
-        bad = lib.bad_prefetches()
-        if bad: raise AssertionError(f"{bad} L2 prefetches (KVQ_PFL2) named no byte of any input buffer")
+        lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
     return launch
 
 _CTYPES = {'uint32': 'uint32_t', 'int32': 'int32_t', 'float32': 'float', 'float16': 'float', 'bfloat16': 'float'}

@@ -498,23 +498,3 @@ def test_scalars_prefetched_raw(monkeypatch):
     monkeypatch.setattr(AK, '_lean_loop', lambda *a, **k: orig(*a, **k).replace("= (float)ga0p0;", "= (float)ga0p1;") if not k.get('split') else orig(*a, **k))
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
-
-def test_l2_prefetches_stay_in_the_storage(monkeypatch):
-    """`L2PF`: each lean stage also asks L2 for the words and scalars of a tile further on (clamped to the chunk's last
-    token). The emulator counts every prefetch whose address is in no input buffer and fails the launch on one; the
-    attention is the same with the prefetches (L2PF 2 and 5, register loads PF 2 or in the tile) and the source has
-    them in both loops only when asked. Not vacuous: prefetches past the clamp are caught."""
-    dflt = AK._decode_source(A.side_plan(TurboCodec(4), 128), A.side_plan(TurboCodec(4, seed=1), 128), 4, 'cuda', 'rot', fold='rot')
-    assert 'KVQ_PFL2(' not in dflt.split('#define KVQ_PFL2')[-1] and 'L2::' not in dflt   # the defaults (both 0): neither
-    for name, kc, vc, B, Hkv, G, D, n in (FINAL[0], FINAL[2]):
-        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-        for l2pf, pf in ((2, 2), (5, 2), (2, 0)):
-            monkeypatch.setattr(AK, 'L2PF', l2pf); monkeypatch.setattr(AK, 'PF', pf)
-            src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
-            assert 'KVQ_PFL2(kw0_row' in src and 'KVQ_PFL2(vw0_row' in src, (name, l2pf, pf)
-            assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, l2pf, pf)
-    orig = AK._lean_prefetch
-    monkeypatch.setattr(AK, '_lean_prefetch', lambda *a: orig(*a).replace(', NV - 1);', ' + (1 << 22), 1 << 30);'))
-    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
-    with pytest.raises(AssertionError, match='L2 prefetches'):
-        E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True)
