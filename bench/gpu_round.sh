@@ -44,8 +44,6 @@
 #       append (check_prefill_pair, then prefill_profile: turbo pairs' growing updates by quantize_append_pair against the pair kernel + concatenations (SCHEME/append against SCHEME/noappend, the default since these runs), fp16 first and last: about 4 min)
 #       appendab (the append kernel: every kernel of a turbo:4 layer's chunk with and without it under Nsight Compute, then the whole prompt alternating: about 5 min)
 #       graphenv (MLX's CUDA graphs off, or 1000 / 30 kernels a graph instead of 100: whole-model decode at 32K and the 16K prefill, fp16 / turbo:4 / affine:4: about 4 min)
-#       compiled (bench/compiled_launch_cuda.py: attention / update build per call with COMPILED_LAUNCH / COMPILED_QUANTIZE off and on, outputs equal over 300 steps; then check_decode_steps with both on: about 5 min)
-#       compiledmodel (whole model, fp16 / turbo:4 / affine:4 / affine:8,4, both knobs off then on, 2 rounds, 48 steps: about 9 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -168,14 +166,6 @@ case $part in
            for f in "$O"/hostcalls_*.log; do echo "$f"; grep "^|" "$f"; done ;;
   stagecheck) KVQ_KNOBS="CodecKVCache.stage=3" timeout 560 python3 bench/check_decode_steps.py --steps 8 --out "$O" > "$O/run.log" 2>&1; tail -2 "$O/run.log" ;;
   stagediag) timeout 300 python3 bench/check_staged_cuda.py --out "$O" > "$O/run.log" 2>&1; tail -30 "$O/run.log" | cut -c1-400 ;;
-  compiled) timeout 300 python3 bench/compiled_launch_cuda.py > "$O/launch.log" 2>&1; grep -E "^\\||^#|^[a-z]" "$O/launch.log" | tail -24
-           KVQ_KNOBS="COMPILED_LAUNCH=True COMPILED_QUANTIZE=True" timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 turbo:3 affine:4 affine:8,4 "calibrated 4o5" \
-             --steps 8 --out "$O/steps_on" > "$O/steps_on.log" 2>&1; tail -1 "$O/steps_on.log"; grep -c '"ok": false' "$O/steps_on.log" ;;
-  compiledmodel) for m in off on; do   # whole model without and with the traced launches
-             k="COMPILED_LAUNCH=False COMPILED_QUANTIZE=False"; [ $m = on ] && k="COMPILED_LAUNCH=True COMPILED_QUANTIZE=True"
-             KVQ_KNOBS="$k" timeout 280 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 affine:8,4 --rounds 2 --steps 48 --host \
-               --no-ablations --out "$O" > "$O/model_$m.log" 2>&1; done
-           for f in "$O"/model_*.log; do echo "$f"; grep -E "^\\| [0-9]" "$f" | tail -8; done ;;
   stagemodel) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do   # whole model with and without staged decode tokens (stage 32: the 48 timed steps quantize one or two stages)
              KVQ_KNOBS="$k" timeout 290 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 48 --host \
                --no-ablations --out "$O" > "$O/model_${k/*=/stage}.log" 2>&1; done

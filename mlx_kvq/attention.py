@@ -19,8 +19,8 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'COMPILED_LAUNCH', 'COMPILED_KEEP', 'side_plan',
-           'fused_decode_partial', 'fused_decode', 'compiled_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'side_plan', 'fused_decode_partial',
+           'fused_decode', 'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -629,8 +629,6 @@ def _guard(backend):
     return _GUARDS[backend]
 
 _CHAIN = threading.Lock()   # the folded decode kernels' row counters pass from call to call under it
-COMPILED_LAUNCH = False   # CUDA: a folded decode call (no staged tokens) launched through `mx.compile` of the kernel call, traced once per grid and storage shape (MLX then replays the traced call instead of building the kernel's call again)
-COMPILED_KEEP = 4         # traced calls each launcher keeps (storage capacities grow by a cache's `step`; the oldest are dropped)
 _LAUNCHERS = {}      # verified launchers by (query shape and dtype, codecs, scale, backend, variant): what `_fast_final` reads
 _FINAL_RUNS = {}     # launchers by configuration (plans kept alive with them, so their ids stay theirs)
 
@@ -684,7 +682,6 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     tkey = (R, G, Hkv, VDP, _variant(), id(kplan), id(vplan))   # its meta tables' key
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
-    traced = {}      # COMPILED_LAUNCH: (grid, chunks, storage shapes and dtypes) -> the traced folded call
     def run(q, kp, vp, n, mask=None, tail=None):
         if tail is not None:   # (staged keys, staged values, T): only the folded kernel that merges them serves it
             cap = tail[0].shape[-2]
@@ -699,21 +696,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
             fk = tails[cap]
         else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None
-        sides = (kp, vp)
-        if fk is not None and tail is None and COMPILED_LAUNCH:   # the folded call replayed from its trace
-            parts = [sides[s][j] for _, s, j in parts_at]
-            ck = (grid, SP, mask is None, tuple(x.shape for x in parts), tuple(x.dtype for x in parts))
-            cf = traced.pop(ck, None)
-            if cf is None:
-                if len(traced) >= COMPILED_KEEP: traced.pop(next(iter(traced)))
-                qmake = (lambda x: prep(inputs=[x, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
-                                        output_dtypes=[mx.float32])[0]) if kdense else mx.contiguous
-                cf = mx.compile(_traced_call(fk, base, iq, im, imask, parts_at, extra, qmake, grid, (R, SP, G, VDP), (B, Hq, 1, Dv), NC, q.dtype))
-            traced[ck] = cf   # the most recent last
-            with _CHAIN:
-                out, cnt[0] = cf(q, meta, _mask_input(mask, B, n), cnt[0], *parts)
-            return out
-        ins = list(base)
+        sides, ins = (kp, vp), list(base)
         qc = mx.contiguous(q) if tail is not None or not kdense else None
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
                    output_dtypes=[mx.float32])[0] if kdense else qc
@@ -732,20 +715,6 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                       output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
         return out   # (R, G, Dv) in the kernel's order is (B, Hq, 1, Dv): no reshape to build and submit
     return (B, Hkv, G), run
-
-def _traced_call(fk, base, iq, im, imask, parts_at, extra, qmake, grid, part_shape, out_shape, NC, dtype):
-    """The folded decode kernel's call (its queries made by `qmake`: contiguous, or the query-map kernel) as a function of
-    the arrays that change from call to call (queries, `meta`, mask, row counters, storage parts), for `mx.compile`: the
-    constant inputs (tables, scales) are captured"""
-    def call(q, meta, mk, c, *parts):
-        ins = list(base)
-        ins[iq], ins[im], ins[imask] = qmake(q), meta, mk
-        for (i, _, _), x in zip(parts_at, parts): ins[i] = x
-        _, _, out, c2 = fk(inputs=ins + [c, *extra], grid=grid, threadgroup=(NT, 1, 1), template=[('T', dtype)],
-                           output_shapes=[part_shape, part_shape[:3] + (2,), out_shape, (NC,)],
-                           output_dtypes=[mx.float32, mx.float32, dtype, mx.int32])
-        return out, c2
-    return call
 
 def _launch_key(queries, keys, values, scale):
     return (queries.shape, queries.dtype, id(keys.codec), id(values.codec), scale, kernel_backend(), _variant())

@@ -10,7 +10,6 @@ import json, math
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
 from .packing import affine_dequantize
-from . import packing as _P
 
 # %% auto #0
 __all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
@@ -83,7 +82,6 @@ def _on_cuda():
     "Whether MLX computes on its CUDA backend now"
     return mx.default_device().type == mx.DeviceType.gpu and mx.cuda.is_available()
 AFFINE_GROUP_SIZES = (32, 64, 128)
-_AFFINE_TRACED = {}   # packing.COMPILED_QUANTIZE: (key bits, group, value bits, group) -> a decode step's traced encode of both sides
 
 @register_codec
 class AffineCodec(Codec):
@@ -105,15 +103,6 @@ class AffineCodec(Codec):
     def encode(self, x):
         w, s, b = mx.quantize(x, group_size=self.group_size, bits=self.bits)
         return (w, s.astype(mx.float16), b.astype(mx.float16))
-    def encode_pair(self, other, keys, values):
-        "Both sides of an update; on CUDA with `packing.COMPILED_QUANTIZE`, a decode step's six operations replayed from one trace"
-        if _P.COMPILED_QUANTIZE and type(self) is AffineCodec and type(other) is AffineCodec and keys.shape[-2] == 1 and _on_cuda():
-            key = (self.bits, self.group_size, other.bits, other.group_size)
-            f = _AFFINE_TRACED.get(key)
-            if f is None: f = _AFFINE_TRACED[key] = mx.compile(lambda k, v, a=AffineCodec(*key[:2]), b=AffineCodec(*key[2:]): (*a.encode(k), *b.encode(v)))
-            out = f(keys, values)
-            return out[:3], out[3:]
-        return self.encode(keys), other.encode(values)
     def decode(self, parts, dtype=mx.float32):
         w, s, b = parts
         if w.shape[-2] == 0: return mx.zeros((*w.shape[:-1], w.shape[-1] * 32 // self.bits), dtype)   # (mx.dequantize fails on no tokens)

@@ -16,13 +16,13 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'COMPILED_QUANTIZE', 'AFFINE_PAIR_BITS', 'APPEND',
-           'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
-           'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel',
-           'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
-           'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
-           'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
-           'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'APPEND', 'packed_words',
+           'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
+           'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
+           'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
+           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
+           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize', 'decode_affine_pair',
+           'decode_turbo_pair', 'quantize_append_pair', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -614,9 +614,7 @@ def _pair_guard(backend):
     return _PGUARDS[backend]
 
 PAIR = True    # False (benches only): keys and values quantized by two launches on CUDA too
-COMPILED_QUANTIZE = False   # CUDA: a verified pair launch replayed through `mx.compile` of the kernel call (traced once per configuration) instead of built again per call
 _PREADY = {}
-_PTRACED = {}  # COMPILED_QUANTIZE: key -> (the _PREADY entry it was traced from, the compiled launch)
 def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
     """(`quantize_pack`(xk, rk, ck), `quantize_pack`(xv, rv, cv)): keys and values of one cache update. On CUDA, where both
     sides fit the pair kernel (same shape and dtype, codebooks of one width, rotations applied in the kernel), one launch
@@ -625,13 +623,7 @@ def quantize_pack_pair(xk, rk, ck, xv, rv, cv):
         key = (xk.shape, xv.shape, xk.dtype, xv.dtype, id(rk), id(ck), id(rv), id(cv))
         got = _PREADY.get(key)
         if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
-            if COMPILED_QUANTIZE and xk.shape[-2] == 1:   # a decode step's launch replayed from its trace (made once per configuration)
-                cf = _PTRACED.get(key)
-                if cf is None or cf[0] is not got:
-                    if len(_PTRACED) > 256: _PTRACED.clear()
-                    cf = _PTRACED[key] = (got, mx.compile(lambda a, b, k_=got[4], c_=got[6], l_=got[5]: tuple(k_(inputs=[a, b, *c_], **l_))))
-                wk, nk, wv, nv = cf[1](xk, xv)
-            else: wk, nk, wv, nv = got[4](inputs=[xk, xv, *got[6]], **got[5])
+            wk, nk, wv, nv = got[4](inputs=[xk, xv, *got[6]], **got[5])
             return (wk, nk), (wv, nv)
         if (xk.shape == xv.shape and xk.dtype == xv.dtype and xk.size and ck.bits == cv.bits
                 and _pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])):
