@@ -44,6 +44,7 @@
 #       append (check_prefill_pair, then prefill_profile: turbo pairs' growing updates by quantize_append_pair against the pair kernel + concatenations (SCHEME/append against SCHEME/noappend, the default since these runs), fp16 first and last: about 4 min)
 #       appendab (the append kernel: every kernel of a turbo:4 layer's chunk with and without it under Nsight Compute, then the whole prompt alternating: about 5 min)
 #       graphenv (MLX's CUDA graphs off, or 1000 / 30 kernels a graph instead of 100: whole-model decode at 32K and the 16K prefill, fp16 / turbo:4 / affine:4: about 4 min)
+#       il4    (the value loop's interleaved token pairs, IL4: decode steps of turbo:4 through the launchers, the decode kernel at 131K under Nsight Compute with IL4 off / on alternating (affine:4, which IL4 leaves alone, as the control), then one layer per call: about 7 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -166,6 +167,9 @@ case $part in
            for f in "$O"/hostcalls_*.log; do echo "$f"; grep "^|" "$f"; done ;;
   stagecheck) KVQ_KNOBS="CodecKVCache.stage=3" timeout 560 python3 bench/check_decode_steps.py --steps 8 --out "$O" > "$O/run.log" 2>&1; tail -2 "$O/run.log" ;;
   stagediag) timeout 300 python3 bench/check_staged_cuda.py --out "$O" > "$O/run.log" 2>&1; tail -30 "$O/run.log" | cut -c1-400 ;;
+  il4)   timeout 200 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 8 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log"
+         ncu_sets "$O/il4.txt" "mlx_kvq_decode_" "IL4=False" "IL4=True" "IL4=False" "IL4=True"
+         timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer.log" 2>&1; grep -v "^#" "$O/layer.log" | tail -5 ;;
   stagemodel) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do   # whole model with and without staged decode tokens (stage 32: the 48 timed steps quantize one or two stages)
              KVQ_KNOBS="$k" timeout 290 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 48 --host \
                --no-ablations --out "$O" > "$O/model_${k/*=/stage}.log" 2>&1; done

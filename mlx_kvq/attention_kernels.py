@@ -11,8 +11,8 @@ import re
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
-           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'RAWSC', 'LEAN_ANY',
-           'dynamic_shared_bytes']
+           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC',
+           'LEAN_ANY', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -503,7 +503,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1186,6 +1186,7 @@ REP = 32                 # copies of each pair table (lane l reads copy l % REP:
 DYNLUT = True            # CUDA lean loops: the pair tables in dynamic shared memory (MLX's `shared_memory`), so that REP copies (no bank conflicts) fit beside 1024-token chunks' score buffers: the static 46 KB held 16 copies (two-way conflicts on every lookup of 4-bit codes, `bench/h200_20261128e/`)
 DYN_BUDGET = 56 * 1024   # DYNLUT: shared bytes per block, static and dynamic: 4 resident blocks (LB) of an H100 / H200 SM (228 KB, 1 KB of it reserved per block); under 64 KB, which any sm_80+ GPU gives a block
 VPRO = True              # folded lean kernels with BMERGE: a chunk's first PF value tiles loaded before the warp's softmax, not after it (the value loop then starts on loads in flight since the score loop ended)
+IL4 = True               # lean value loop, 4-bit code-table (turbo) bands: the codes of a thread's token pairs interleaved once per tile (two shifts and selects per word), so each pair-table lookup gives a tensor-core fragment register directly, with no byte permutes of looked-up pairs (False: the permutes)
 RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine scales and biases) prefetched as the stored 16- or 32-bit values and converted to float where the tile is computed; False: converted where loaded, which makes the warp wait for the load there (H200, 131K, turbo:4: ~20% of the decode kernel's stall samples on those conversions, `bench/h200_20261128e/`)
 
 LEAN_ANY = False         # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False (default until a GPU run settles it: one H200 run, 2026-11-28, -11% at 131K, +18% at 32K on Gemma's shape): those configurations take the earlier tensor-core loops
@@ -1468,17 +1469,30 @@ def _lean_values(vplan, G, rep, carry=False):
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
         body.append("  " + _split('x0', 'x1', 'bh0', 'bl0' if VLO else None)); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1' if VLO else None))
-        if aff:
+        il = IL4 and b.bits == 4 and not aff   # the token pairs' codes interleaved: each lookup gives a fragment register (two tokens, one channel)
+        if il:
+            W = -(-Rv * b.bits // 32)
+            body.append(f"  uint32_t ie0[{W}], io0[{W}], ie1[{W}], io1[{W}];   // pair p (tokens 2p, 2p + 1): byte m of ie / io = the two tokens' codes of channel 2m / 2m + 1 of the word")
+            body.append(f"  #pragma unroll\n  for (int j = 0; j < {W}; ++j) {{ " + ' '.join(
+                f"ie{p}[j] = (y{2 * p}{i}[j] & 0x0F0F0F0Fu) | ((y{2 * p + 1}{i}[j] << 4) & 0xF0F0F0F0u); io{p}[j] = ((y{2 * p}{i}[j] >> 4) & 0x0F0F0F0Fu) | (y{2 * p + 1}{i}[j] & 0xF0F0F0F0u);"
+                for p in range(2)) + " }")
+        elif aff:
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
         for mt in range(2 * ns):
             regs = []
-            for e in range(4):
-                regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep))
-                if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
             f = 'f' if aff else ''
-            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
-                        f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''} }}")
+            if il:   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s even / odd channel of this step, r = 2 / 3 the pair (2, 3)'s
+                for r in range(4):
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"{'io' if r & 1 else 'ie'}{r >> 1}", 8 * mt, f"h{r}", rep))
+                frag = "{h0, h1, h2, h3}"
+            else:
+                for e in range(4):
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep))
+                    if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
+                frag = (f"{{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
+                        f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''} }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1

@@ -498,3 +498,35 @@ def test_scalars_prefetched_raw(monkeypatch):
     monkeypatch.setattr(AK, '_lean_loop', lambda *a, **k: orig(*a, **k).replace("= (float)ga0p0;", "= (float)ga0p1;") if not k.get('split') else orig(*a, **k))
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+
+def test_interleaved_value_pairs(monkeypatch):
+    """`IL4`: the lean value loop's 4-bit turbo bands interleave each token pair's codes once per tile, so that every
+    pair-table lookup is a tensor-core fragment register (no byte permutes of looked-up pairs): on and off the same
+    attention (turbo:4, and the calibrated pair whose 4-bit bands sit beside 5-bit outlier bands), and the source says
+    which it is. Not vacuous: an interleave that pairs a token with itself is caught."""
+    for name, kc, vc, B, Hkv, G, D, n in [c for c in FINAL if c[0] in ('turbo:4', 'calibrated 5o/4o')]:
+        kc, vc = _pair(kc, vc, D)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        for il in (True, False):
+            monkeypatch.setattr(AK, 'IL4', il)
+            src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+            assert ('uint32_t ie0[' in src) == (il and AK._lean_ok(kp, vp)), (name, il)   # the lean loops only (the calibrated pair's unaligned outlier bands take the earlier loops)
+            assert AK._lean_ok(kp, vp) or name != 'turbo:4'
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, il)
+    monkeypatch.setattr(AK, 'LEAN_ANY', True)   # the calibrated pair in the lean loops too: 4-bit bands beside 5-bit outlier bands
+    name, kc, vc, B, Hkv, G, D, n = next(c for c in FINAL if c[0] == 'calibrated 5o/4o')
+    kc, vc = _pair(kc, vc, D); kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    for il in (True, False):
+        monkeypatch.setattr(AK, 'IL4', il)
+        assert ('uint32_t ie0[' in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))) == il, (name, il)
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, il)
+    monkeypatch.setattr(AK, 'LEAN_ANY', False); monkeypatch.setattr(AK, 'IL4', True)
+    orig = AK._lean_values
+    def wrong(*a, **k):
+        out = orig(*a, **k)
+        f = lambda s: s.replace("| ((y1", "| ((y0")
+        return tuple(f(x) for x in out) if isinstance(out, tuple) else f(out)
+    monkeypatch.setattr(AK, '_lean_values', wrong)
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    assert "| ((y0" in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', 'rot', fold='rot')
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
