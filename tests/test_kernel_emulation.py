@@ -161,7 +161,12 @@ def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
         monkeypatch.setattr(AK, 'LEAN', lean)
         orig_v, orig_k = getattr(AK, vals), getattr(AK, keys)
         assert E.check(kc, vc, B, Hkv, G, D, n, False) <= E.tolerance(kc, vc, G, D)
-        monkeypatch.setattr(AK, vals, lambda *a: orig_v(*a).replace('0x7632', '0x3276'))
+        wrong = lambda src: src.replace('0x7632', '0x3276').replace('{h0, h1, h2, h3}', '{h1, h0, h2, h3}')   # the permutes, or with `IL4` the interleaved pairs' fragments
+        def bad_v(*a):
+            src = orig_v(*a); out = wrong(src)
+            assert out != src, 'the mutation must change the value loop'
+            return out
+        monkeypatch.setattr(AK, vals, bad_v)
         assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
         monkeypatch.setattr(AK, vals, orig_v)
         for lo in ((False, True) if lean else (True,)):   # (the lean loop's low query half, `QLO`: off by default)
