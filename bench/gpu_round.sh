@@ -47,6 +47,7 @@
 #       il4    (the value loop's interleaved token pairs, IL4: decode steps of turbo:4 through the launchers, the decode kernel at 131K under Nsight Compute with IL4 off / on alternating (affine:4, which IL4 leaves alone, as the control), then one layer per call: about 7 min)
 #       ablate (bench/decode_step_profile.py with its ablations: whole model at 32K and 131K, fp16 / turbo:4, pipelined tokens/s as is, without the caches' update, without their attention; build / submit / sync per step; cProfiles: about 8 min)
 #       ablatestage (ablate's measurement with CodecKVCache.stage = 32, fp16 / turbo:4 / affine:4, then again without staging: about 3 min)
+#       updatesplit (bench/update_split_cuda.py: whole-model tokens/s with turbo:4's update doing only parts of its work, alternating with fp16, 32K and 131K, 3 rounds: about 3 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -176,6 +177,7 @@ case $part in
   ablatestage) for m in stage32 stage0; do
            KVQ_KNOBS="CodecKVCache.stage=${m#stage}" timeout 280 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --steps 48 \
              --out "$O/$m" > "$O/$m.log" 2>&1; echo "$m"; grep -E "^\\{" "$O/$m.log"; done ;;
+  updatesplit) timeout 500 python3 bench/update_split_cuda.py --context 32768 131072 --rounds 3 > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log" ;;
   stagemodel) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do   # whole model with and without staged decode tokens (stage 32: the 48 timed steps quantize one or two stages)
              KVQ_KNOBS="$k" timeout 290 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 affine:4 --rounds 2 --steps 48 --host \
                --no-ablations --out "$O" > "$O/model_${k/*=/stage}.log" 2>&1; done
