@@ -12,7 +12,7 @@ Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 1
 import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK, packing as _P
-from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs
+from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs, _TAIL_INPUTS
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -87,14 +87,14 @@ def decode_inputs(kplan, vplan, qprep):
 def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
     finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file;
-    `tail` = (key dim, stage capacity) with `fold`: the variant that merges a cache's staged tokens)"""
+    `tail` = (key dim, stage capacity, key bits, value bits) with `fold`: the variant that quantizes and merges a cache's staged tokens)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
-    if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half'), ('tsc', 'float'), ('tkm', 'float')]
+    if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_INPUTS[3:]]
     if include: src = _P._included(src, [n for n, _ in ins])
     if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin

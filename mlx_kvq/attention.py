@@ -11,7 +11,7 @@ import numpy as np
 
 import mlx.core as mx
 
-from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
+from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, _scaled, _pairs, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
 from .calibrated import HalfCodec, CalibratedTurboCodec
@@ -357,7 +357,8 @@ _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more;
-    with `tail` = (key dim, stage capacity) it merges a cache's exact staged tokens too: inputs `qx`, `tk`, `tv`, `tsc`, `tkm` more"""
+    with `tail` = (key dim, stage capacity, key bits, value bits) it quantizes and merges a cache's staged tokens too:
+    inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`)"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
@@ -367,11 +368,13 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
-        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (['qx', 'tk', 'tv', 'tsc', 'tkm'] if tail else []), outs + ['out', 'cnext']
+        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), outs + ['out', 'cnext']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
     return _KERNELS[key]
+
+_TAIL_INPUTS = ['qx', 'tk', 'tv', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
 
 def _fold_inputs(finish):
     "The inputs a finish adds to the kernel that finishes the attention (the combine or the folded decode kernel)"
@@ -542,16 +545,17 @@ def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=Non
     return out if out is not None else _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)
 
 def _tail_parts(q, tail):
-    """The (m, l, o) partial of the first T staged tokens of `tail` for scaled float32 queries q (B, Hkv, G, 1, D), by
-    elementwise products and sums: exact float32 on every backend (a GPU's float32 matmul may round its inputs to TF32,
-    1e-3 off; T is at most a stage)"""
-    tk, tv, T = tail
-    k, v = tk[:, :, None, None, :T, :].astype(mx.float32), tv[:, :, None, None, :T, :].astype(mx.float32)
+    """The (m, l, o) partial of the first T staged tokens of `tail` = (staged keys, staged values, T, key codec, value
+    codec) for scaled float32 queries q (B, Hkv, G, 1, D): each token as its codec stores it (`encode`, then `decode`:
+    the values the cache holds once the stage is quantized), by elementwise products and sums: exact float32 on every
+    backend (a GPU's float32 matmul may round its inputs to TF32, 1e-3 off; T is at most a stage)"""
+    tk, tv, T, kc, vc = tail
+    k, v = (c.decode(c.encode(x[:, :, :T, :]))[:, :, None, None] for c, x in ((kc, tk), (vc, tv)))
     m, l, p = _softmax_partial((mx.expand_dims(q, -2) * k).sum(-1))
     return m, l, (mx.expand_dims(p, -1) * v).sum(-2)
 
 def _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail):
-    "`fused_decode` of a call its launcher does not fold: the quantized segment's partial by the kernels, the staged tokens' by MLX ops, merged"
+    "`fused_decode` of a call its launcher does not fold: the quantized segment's partial by the kernels, the staged tokens' (quantized) by MLX ops, merged"
     B, Hq, Lq, D = queries.shape; Hkv = kparts[0].shape[1]
     q = (queries.astype(mx.float32) * scale).reshape(B, Hkv, Hq // Hkv, Lq, D)
     parts = [_quantized_partial(q, kplan, vplan, kparts, vparts, mask, n, queries.dtype != mx.float32)]
@@ -671,30 +675,33 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         prep, qmap, qsc = _get_qmap(backend, D, KDP), _kernel_maps(kplan, D)[0], _scalar(float(scale))
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     tsc = _scalar(float(scale))
-    tkm = _kernel_maps(kplan, D)[2] if kdense else _zeros_constant(D)   # the key plan's mean (staged tokens' merge)
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
-    tails = {}       # stage capacity -> the folded kernel that merges staged tokens too (built on the first such call)
+    tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its constants), built on the first such call
+    staging = fin == 'rot' and _finish_kind(kplan) == 'rot'   # staged tokens: quantized in the kernel (turbo, one Walsh-Hadamard block per side)
     tkey = (R, G, Hkv, VDP, _variant(), id(kplan), id(vplan))   # its meta tables' key
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None, tail=None):
         if tail is not None:   # (staged keys, staged values, T): only the folded kernel that merges them serves it
             cap = tail[0].shape[-2]
-            if (folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
+            if (not staging or type(tail[3]) is not TurboCodec or type(tail[4]) is not TurboCodec or folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
                     or tail[0].shape[-1] != D or tail[1].shape[-1] != Dv or not 0 <= tail[2] <= cap): return None
             meta, S = _tail_step(n, tail[2], cap, R, G, Hkv, VDP, tkey + (cap,))
         else: meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
         GX = _AK._blocks_x(S, R, pch) if mma else S
         grid, SP = (GX * NT, R, 1), GX if bmerge else S
         if tail is not None:
-            if not _AK._fold_ok(SP, G, VDP, cap): return None
-            if cap not in tails: tails[cap] = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap))[0]
-            fk = tails[cap]
+            if not _AK._fold_ok(SP, G, VDP, (D, cap)): return None
+            if cap not in tails:
+                kc, vc = tail[3], tail[4]
+                tails[cap] = (_get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits))[0],
+                              [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))])
+            fk, tconst = tails[cap]
         else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None
         sides, ins = (kp, vp), list(base)
         qc = mx.contiguous(q) if tail is not None or not kdense else None
@@ -703,7 +710,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
         for i, s, j in parts_at: ins[i] = sides[s][j]
         if fk is not None:    # one launch: the decode kernel finishes the attention (and merges the staged tokens)
-            more = [] if tail is None else [qc, tail[0], tail[1], tsc, tkm]
+            more = [] if tail is None else [qc, tail[0], tail[1], *tconst]
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
                 _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra, *more], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
                                        output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
@@ -736,12 +743,30 @@ def _fast_final(queries, keys, values, scale):
     return run(queries, kp, vp, n) if 0 in caps else None
 
 def _staged_tail(keys, values):
-    """(staged keys, staged values, T) where both sides' exact tail is the first T tokens of a cache's staging buffers
-    (`CachedSide.staged`, T > 0), else None"""
+    """(staged keys, staged values, T, key codec, value codec) where both sides' tail is the first T tokens of a cache's
+    staging buffers (`CachedSide.staged`, T > 0), else None"""
     sk, sv = keys.staged, values.staged
     if sk is None or sv is None or keys.tail is None or values.tail is None: return None
     T = keys.tail.shape[-2]
-    return (sk, sv, T) if 0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2] else None
+    return (sk, sv, T, keys.codec, values.codec) if 0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2] else None
+
+_STAGE_CAPS = {}   # (id(key codec), id(value codec)) -> (codecs, the stage capacity their folded kernel takes): `stage_capacity`
+
+def stage_capacity(k_codec, v_codec):
+    """The most staged tokens a decode step's folded kernel quantizes and attends for this pair of codecs (known once a
+    decode call of theirs was verified on CUDA: `attend` records it; 0 before that, or where the kernel cannot: codecs
+    other than turbo with one Walsh-Hadamard block per side, or a score buffer too small for their head dims and query
+    heads at FOLD chunks). `CodecKVCache` stages at most this many."""
+    got = _STAGE_CAPS.get((id(k_codec), id(v_codec)))
+    return got[2] if got is not None and got[0] is k_codec and got[1] is v_codec else 0
+
+def _record_stage_capacity(k_codec, v_codec, kplan, vplan, G, D, VDP):
+    "Record `stage_capacity` for a verified decode configuration: the largest of 32, 16, 8, 4 that folds at FOLD chunks"
+    ok = (type(k_codec) is TurboCodec and type(v_codec) is TurboCodec and _finish_kind(kplan) == 'rot' and _finish_kind(vplan) == 'rot'
+          and _pairs(k_codec.rotation, D) and _pairs(v_codec.rotation, VDP))
+    cap = next((c for c in (32, 16, 8, 4) if _AK._fold_ok(_AK.FOLD, G, VDP, (D, c))), 0) if ok else 0
+    if len(_STAGE_CAPS) > 1024: _STAGE_CAPS.clear()
+    _STAGE_CAPS[(id(k_codec), id(v_codec))] = (k_codec, v_codec, cap)
 
 # %% ../nbs/03b_attention.ipynb #c0de5002
 _COMPILED = {}   # traced decode graphs by configuration: (key codec, value codec, compiled function or None)
@@ -783,14 +808,16 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
         out = _pair_prefill(queries, keys, values, scale, mask, sinks)
         if out is not None: return out
     B, Hq, Lq, D, ksegs, vsegs, Hkv, G = attention_layout(queries, keys, values)
-    kplan = side_plan(keys.codec, D) if keys.n_quantized else None
-    vplan = side_plan(values.codec, _value_dim(values, D)) if values.n_quantized else None
-    if (keys.n_quantized and (kplan is None or vplan is None)):
+    quantized = any(kind == 'quantized' for kind, *_ in ksegs)   # (stored tokens, or a cache's staged ones)
+    kplan = side_plan(keys.codec, D) if quantized else None
+    vplan = side_plan(values.codec, _value_dim(values, D)) if quantized else None
+    if (quantized and (kplan is None or vplan is None)):
         return codec_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
     Lk = sum(n for *_, n in ksegs)
     full = _full_mask(mask, B, Hkv, G, Lq, Lk)
     backend = kernel_backend()
-    tail = _staged_tail(keys, values) if backend is not None and Lq == 1 and full is None and len(ksegs) == 2 and ksegs[0][0] != 'exact' else None
+    tail = (_staged_tail(keys, values) if backend is not None and Lq == 1 and full is None and len(ksegs) == 2 and ksegs[0][0] != 'exact'
+            and kplan is not None and _finish_kind(kplan) == 'rot' and _finish_kind(vplan) == 'rot' else None)
     if (backend is not None and Lq == 1 and (len(ksegs) == 1 or tail is not None) and kplan is not None and kplan.kind != 'exact' and vplan.kind != 'exact'
             and _fused_ok(queries, keys, values, kplan, vplan, full, sinks, tail is not None)
             and _fits(keys.n_quantized, G) and _kernel_ok(queries.reshape(B, Hkv, G, Lq, D), kplan, vplan, full)):
@@ -804,6 +831,8 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
                 if len(_LAUNCHERS) > 1024: _LAUNCHERS.clear()
                 got = _LAUNCHERS[lk] = (keys.codec, values.codec, *_final_launcher(queries, kplan, vplan, keys.parts, scale, backend), set())
             got[4].add(0 if tail is None else tail[0].shape[-2])   # the stage capacities verified (0: no staged tokens)
+            if tail is None and backend == 'cuda' and stage_capacity(keys.codec, values.codec) == 0:
+                _record_stage_capacity(keys.codec, values.codec, kplan, vplan, G, D, 32 * sum(_AK._side_layout(vplan)[0]))
         return out
     if backend is not None and Lq > 1 and _decoded_bytes(keys, values, D, queries.dtype) <= PREFILL_DECODE_BUDGET:
         return _prefill_sdpa(queries, keys, values, scale, mask, sinks)

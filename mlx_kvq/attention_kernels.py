@@ -259,7 +259,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
     throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`), with
-    `tail` = (key dim, stage capacity) merging the exact staged tokens too (`_tail_source`)"""
+    `tail` = (key dim, stage capacity, key bits, value bits) merging a cache's staged tokens too (`_tail_source`)"""
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
@@ -527,38 +527,77 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
 
-def _fold_ok(S, G, VDP, cap=0):
-    """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
-    merge's weights and outputs fit the score buffer (with staged tokens, `cap` > 0 the stage capacity, their weights
-    and the merge coefficients too: `_tail_source`)"""
-    need = S + VDP + (cap + 2 if cap else 0)
-    return S <= FOLD and need <= _chmax(G)
+def _tail_floats(G, VDP, tail):
+    "Floats of the score buffer a staged call's tail uses after the fold's outputs (`_tail_source`); tail = (key dim, stage capacity, ...)"
+    if not tail: return 0
+    D, cap = tail[0], tail[1]
+    return G * (cap + 2 + D) + 2 * cap + -(-cap * (D + VDP) // 4)
 
-def _tail_source(VDP, Dv, D, CAP):
-    """Source the fold runs, when the kernel takes a cache's exact staged tokens (`tail`), between merging the row's
-    quantized partials into `xs` (normalized, max `stat[2g + 1]`, sum `stat[2g]`) and the finish: the row's `meta[8]`
-    staged tokens (inputs `tk`, `tv`: the staging buffers (B, Hkv, CAP, D) and (.., Dv), as the cache holds them) attended
-    by the raw queries `qx` times `tsc` in float32 (the quantized part's max Mq raised by q . `tkm`, the key plan's mean,
-    a constant its scores leave out): scores to shared memory, a warp per head for their max m and weights
-    e^(s - m) (sum l), then per head the two coefficients of the log-sum-exp merge: with M the larger max,
-    a = e^(Mq - M) Lq and b = e^(m - M), out = (a xs + b sum_t w_t v_t) / (a + b l), so `tm[2g]` = a / (a + b l) (applied
-    to the finished quantized output, after the inverse rotation or output map: both linear) and `tm[2g + 1]` = b / (a + b l)
-    (applied to the exact weighted sum of the staged values, which `texact(g, e)` takes where the finish writes
-    coordinate e of head g). No staged token (meta[8] = 0): coefficients 1 and 0. Shared memory: the G x CAP weights and
-    G x 2 coefficients after `xs`; the queries are read from `qx` where they are used (G x D values, cached)."""
-    return f"""        // ---- exact staged tokens: meta[8] of them, merged with the quantized part by log-sum-exp
+def _fold_ok(S, G, VDP, tail=None):
+    """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
+    merge's weights and outputs fit the score buffer (with staged tokens, `tail` = (key dim, stage capacity, ...), the
+    staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
+    return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
+
+def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
+    """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; turbo codecs with one Walsh-Hadamard
+    block per side, the 'rot' finish), between merging the row's quantized partials into `xs` (rotated, normalized, max
+    `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
+    buffers (B, Hkv, CAP, D), as the cache holds them, in the model's dtype) are **quantized here** by the quantize kernel's
+    own arithmetic (`packing._QROT_CUDA`, `_QNORM_CUDA`, `_QCODE_CUDA`: the same text, IEEE intrinsics throughout): a
+    warp per token and side gives the codes and the float16-rounded norm the cache's pair kernel will store when the
+    stage is quantized, so a staged token is attended exactly as it will be once stored, and a staging cache answers
+    as one that quantizes every step (and as a batch cache). A warp per head rotates its raw query `qx` (signs `sgk`,
+    butterflies, 1/sqrt(D), times `tsc`). Scores (thread per head and token): rotated query . centroids `cek` of the
+    codes, times the norm, on the scale of the quantized part's; a warp per head finds their max m and weights
+    e^(s - m) (sum l) and the log-sum-exp coefficients: with M the larger of m and the quantized max Mq,
+    a = e^(Mq - M) Lq, b = e^(m - M), `tm[2g]` = a / (a + b l), `tm[2g + 1]` = b / (a + b l). Then, in the rotated space
+    (thread per head and coordinate), xs = tm[2g] xs + tm[2g + 1] sum_t w_t n_t cev[code], which the finish's inverse
+    rotation takes as it takes the quantized part alone. No staged token (meta[8] = 0): coefficients 1 and 0. Shared
+    memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms, then
+    CAP x (D + Dv) one-byte codes."""
+    from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA
+    def quant(E, N, BITS, x, signs, bnd, codes, norm):   # one staged row of one side: the quantize kernel's arithmetic
+        return f"""                constexpr int E = {E}, N = {N}, BITS = {BITS};
+                const T* const xr = {x};
+                const float* const signs = {signs};
+                const float* const bnd = {bnd};
+                float v[E];
+{_QROT_CUDA}{_QNORM_CUDA}                for (int e = 0; e < E; ++e) {{
+            {_QCODE_CUDA}                    {codes}[lane * E + e] = (unsigned char)c;
+                }}
+                if (lane == 0) {norm} = __half2float(__float2half_rn(nrm));   // as the cache stores it (float16) and the kernel reads it
+"""
+    return f"""        // ---- staged tokens: meta[8] of them, quantized here as the cache will store them, merged by log-sum-exp
         constexpr int TD = {D}, TC = {CAP}, TV = {Dv};
         const int TT = meta[8];
-        const T* const tqx = qx + (long)r * G * TD;   // this row's G x TD raw queries (scaled by tsc where read)
         float* const tw = xs + G * VDP;          // G x TC scores, then weights e^(s - m)
-        float* const tm = tw + G * TC;           // G x 2 merge coefficients (quantized output, exact sums)
+        float* const tm = tw + G * TC;           // G x 2 merge coefficients
+        float* const tq = tm + 2 * G;            // G x TD rotated queries, scaled
+        float* const tn = tq + G * TD;           // TC key norms, TC value norms
+        unsigned char* const tkc = reinterpret_cast<unsigned char*>(tn + 2 * TC);   // TC x TD key codes
+        unsigned char* const tvc = tkc + TC * TD;                                    // TC x TV value codes
+        for (int task = warp; task < G + 2 * TT; task += {_NW}) {{
+            if (task < G) {{                     // head `task`'s query, rotated as the keys were
+                constexpr int E = TD / 32, N = TD;
+                const T* const xr = qx + ((long)r * G + task) * TD;
+                const float* const signs = sgk;
+                float v[E];
+{_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
+            }} else if (task < G + TT) {{         // staged key t
+                const int t = task - G;
+{quant(D // 32, D, KBITS, "tk + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
+                const int t = task - G - TT;
+{quant(Dv // 32, Dv, VBITS, "tv + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
+        }}
+        KVQ_SYNC();
         for (int i = tid; i < G * TT; i += {NT}) {{
             const int g = i / TT, t = i - g * TT;
-            const auto* const kr = tk + ((long)r * TC + t) * TD;
-            const T* const qg = tqx + g * TD;
+            const float* const qg = tq + g * TD;
+            const unsigned char* const kc = tkc + t * TD;
             float s = 0.0f;
-            for (int d = 0; d < TD; ++d) s += ((float)qg[d] * tsc[0]) * (float)kr[d];
-            tw[g * TC + t] = s;
+            for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];
+            tw[g * TC + t] = s * tn[t];
         }}
         KVQ_SYNC();
         for (int g = warp; g < G; g += {_NW}) {{
@@ -568,11 +607,8 @@ def _tail_source(VDP, Dv, D, CAP):
             float l = 0.0f;
             for (int t = lane; t < TT; t += 32) {{ const float w = KVQ_EXP(tw[g * TC + t] - m); tw[g * TC + t] = w; l += w; }}
             for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
-            float bias = 0.0f;                   // q . (the key plan's mean): the quantized scores' constant term, which the kernel leaves out
-            for (int d = lane; d < TD; d += 32) bias += ((float)tqx[g * TD + d] * tsc[0]) * tkm[d];
-            for (int off = 16; off > 0; off >>= 1) bias += KVQ_SHFL(bias, off);
             if (lane == 0) {{
-                const float Lq = stat[2 * g], Mq = stat[2 * g + 1] + bias;
+                const float Lq = stat[2 * g], Mq = stat[2 * g + 1];
                 const float M = TT > 0 && Lq > 0.0f ? KVQ_MAX(Mq, m) : (TT > 0 ? m : Mq);
                 const float a = Lq > 0.0f ? KVQ_EXP(Mq - M) * Lq : 0.0f, b = TT > 0 ? KVQ_EXP(m - M) : 0.0f;
                 const float den = a + b * l, inv = den > 0.0f ? 1.0f / den : 0.0f;
@@ -580,12 +616,13 @@ def _tail_source(VDP, Dv, D, CAP):
             }}
         }}
         KVQ_SYNC();
-        const T* const tvr = tv + (long)r * TC * TV;
-        auto texact = [&](int g, int e) {{          // the exact weighted sum of the staged values, head g, coordinate e
+        for (int i = tid; i < G * TV; i += {NT}) {{   // the staged values' weighted sum merged into the rotated output
+            const int g = i / TV, e = i - g * TV;
             float a = 0.0f;
-            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * (float)tvr[(long)t * TV + e];
-            return a;
-        }};
+            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * tn[TC + t] * cev[tvc[t * TV + e]];
+            xs[g * VDP + e] = tm[2 * g] * xs[g * VDP + e] + tm[2 * g + 1] * a;
+        }}
+        KVQ_SYNC();
 """
 
 def _fold_source(VDP, finish, Dv=None, tail=None):
@@ -598,7 +635,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
     output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
     run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key dim,
-    stage capacity): the exact staged tokens merged in before the output is written (`_tail_source`)."""
+    stage capacity, key bits, value bits): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
 #ifndef KVQ_GX
@@ -651,9 +688,10 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
         }}
         KVQ_SYNC();
 """
-    if tail is not None: src += _tail_source(VDP, Dv, *tail)
-    def mix(g, e, x):   # the finished quantized output x of head g, coordinate e, with the staged tokens' sums merged in
-        return f"({x})" if tail is None else f"(tm[2 * ({g})] * ({x}) + tm[2 * ({g}) + 1] * texact({g}, {e}))"
+    if tail is not None:
+        if finish != 'rot': raise ValueError("staged tokens are merged by the 'rot' finish only (turbo codecs, one Walsh-Hadamard block per side)")
+        src += _tail_source(VDP, Dv, *tail)
+    def mix(g, e, x): return f"({x})"   # (the staged tokens, if any, are merged into xs before the finish)
     if finish == 'plain':
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};
     }}

@@ -133,8 +133,10 @@ class CachedSide:
     cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when first read,
     and the decode kernels read the storage itself (`storage`), so a decode step makes no slice. Like the arrays mlx-lm's
     caches return, it is for the attention of the same step: read after the cache changed, it shows the changed storage.
-    `staged`: where the exact `tail` is the first tokens of a cache's staging buffer (B, H, capacity, D), that buffer
-    (the decode kernels read it whole; `CodecKVCache.stage`)."""
+    `staged`: where the `tail` is the first tokens of a cache's staging buffer (B, H, capacity, D), that buffer (the
+    decode kernels read it whole; `CodecKVCache.stage`). Staged tokens are held in the model's dtype but are quantized
+    tokens: every reader takes them as the codec stores them (`encode`; the decode kernel quantizes them itself, by
+    the same arithmetic), so staging never changes an answer."""
     staged = None
     def __init__(self, codec, head=None, parts=None, tail=None, n=None):
         self.codec, self.head, self.tail = codec, head, tail
@@ -159,7 +161,8 @@ class CachedSide:
         "Every token of this side in full precision (for tests and conversions, not for attention)"
         xs = [x.astype(dtype) for x in (self.head,) if x is not None]
         if self.n_quantized: xs.append(self.codec.decode(self.parts, dtype))
-        if self.tail is not None: xs.append(self.tail.astype(dtype))
+        if self.tail is not None:
+            xs.append(self.codec.decode(self.codec.encode(self.tail), dtype) if self.staged is not None and self.tail.shape[-2] else self.tail.astype(dtype))
         return mx.concatenate(xs, axis=-2)
 
 def _gqa_mask(mask, B, Hkv, G, Lq, Lk):
@@ -178,7 +181,8 @@ def _segments(side):
     segs = []
     if side.head is not None and side.head.shape[-2]: segs.append(('exact', side.head, side.head.shape[-2]))
     if side.n_quantized: segs.append(('quantized', side.parts, side.n_quantized))
-    if side.tail is not None and side.tail.shape[-2]: segs.append(('exact', side.tail, side.tail.shape[-2]))
+    if side.tail is not None and side.tail.shape[-2]:   # (a cache's staged tokens: quantized, as it will store them)
+        segs.append(('quantized', side.codec.encode(side.tail), side.tail.shape[-2]) if side.staged is not None else ('exact', side.tail, side.tail.shape[-2]))
     return segs
 
 def attention_layout(queries, keys: CachedSide, values: CachedSide):

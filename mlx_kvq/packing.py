@@ -160,27 +160,34 @@ _FWHT_CUDA = r"""
         const float scale = 1.0f / sqrtf((float)N);
 """.lstrip("\n")
 
+# the arithmetic of one row's quantization, shared word for word by the quantize kernels and the decode kernel that
+# quantizes a cache's staged tokens itself (`attention_kernels._tail_source`): every rounding step an explicit IEEE
+# intrinsic (no contraction or fast-math flag can make the two compile differently), so both give the same codes and norm
+_QROT_CUDA = r"""        for (int e = 0; e < E; ++e) v[e] = __fmul_rn((float)xr[lane * E + e], signs[lane * E + e]);
+""" + _FWHT_CUDA + r"""        for (int e = 0; e < E; ++e) v[e] = __fmul_rn(v[e], scale);
+"""
+_QNORM_CUDA = r"""    float ss = 0.0f;
+    for (int e = 0; e < E; ++e) ss = __fmaf_rn(v[e], v[e], ss);
+    for (int m = 16; m > 0; m >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, m));
+    const float nrm = __fsqrt_rn(ss);
+    const float den = fmaxf(nrm, 1e-30f);
+"""
+_QCODE_CUDA = r"""float u = __fdiv_rn(v[e], den);
+            unsigned int c = 0;
+            for (int j = BITS - 1; j >= 0; --j) { unsigned int cand = c + (1u << j); if (u > bnd[cand - 1]) c = cand; }
+"""
+
 _Q_BODY_CUDA = r"""
     const auto* xr = x + (size_t)row * N;   // the model's dtype (float32 / float16 / bfloat16), read as float
     float v[E];
     if (ROTATE) {
-        for (int e = 0; e < E; ++e) v[e] = (float)xr[lane * E + e] * signs[lane * E + e];
-""" + _FWHT_CUDA + r"""        for (int e = 0; e < E; ++e) v[e] *= scale;
-    } else {
+""" + _QROT_CUDA + r"""    } else {
         for (int e = 0; e < E; ++e) { int i = lane + 32 * e; v[e] = (i < N) ? (float)xr[i] : 0.0f; }
     }
-    float ss = 0.0f;
-    for (int e = 0; e < E; ++e) ss += v[e] * v[e];
-    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-    const float nrm = sqrtf(ss);
-    const float den = fmaxf(nrm, 1e-30f);
-    for (int e = 0; e < E; ++e) {
+""" + _QNORM_CUDA + r"""    for (int e = 0; e < E; ++e) {
         int i = ROTATE ? lane * E + e : lane + 32 * e;
         if (i < N) {
-            float u = v[e] / den;
-            unsigned int c = 0;
-            for (int j = BITS - 1; j >= 0; --j) { unsigned int cand = c + (1u << j); if (u > bnd[cand - 1]) c = cand; }
-            sc[warp][i] = (unsigned char)c;
+            """ + _QCODE_CUDA + r"""            sc[warp][i] = (unsigned char)c;
         }
     }
     __syncwarp();

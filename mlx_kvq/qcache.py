@@ -14,7 +14,7 @@ from .contract import check_update, check_trim, check_codec_state, codecs_from, 
 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
-from .attention import attend   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
+from .attention import attend, stage_capacity   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
 from .packing import kernel_backend
 
 # %% auto #0
@@ -46,8 +46,8 @@ def _nbytes(*xs):
 def _stage_size(stage):
     "`CodecKVCache.stage`, checked: a non-negative integer"
     if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
-        raise ValueError(f"CodecKVCache.stage must be a non-negative integer (tokens a CUDA decode step keeps exact before "
-                         f"quantizing them together; 0 turns staging off), got {stage!r}")
+        raise ValueError(f"CodecKVCache.stage must be a non-negative integer (most tokens CUDA decode steps stage in the "
+                         f"model's dtype before one launch quantizes them together; 0 turns staging off), got {stage!r}")
     return stage
 
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
@@ -56,7 +56,7 @@ def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a
 class CodecKVCache(_BaseCache):
     "KV cache storing keys and values with one codec each; exact sink and recent-window tokens"
     step = 256
-    stage = 0   # CUDA decode steps (no window): up to `stage` newest tokens kept exact in a staging buffer, quantized `stage` at a time (0: each step quantizes its token)
+    stage = 32  # CUDA decode steps (no window, turbo codecs the decode kernel quantizes): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
                  quantized_kv_start: int = 0):
@@ -111,7 +111,7 @@ class CodecKVCache(_BaseCache):
                 and (self.tail_keys.shape[-2] == 0 or self._stage_k is not None) and self._n_sink() >= self.sink):
             # every token is quantized at once (no window, sink full, tail emptied or staged): what the general path below
             # does, without its slices; or a decode step's token staged (`_stage_token`)
-            staging = n == 1 and _stage_size(self.stage) > 0 and kernel_backend() == 'cuda'
+            staging = n == 1 and self._stage_cap() > 0
             self.offset += n
             if staging: return self._stage_token(keys, values)
             if self._n_tail():    # staged tokens first, in order
@@ -134,11 +134,19 @@ class CodecKVCache(_BaseCache):
             self.tail_keys, self.tail_values = self.tail_keys[..., m:, :], self.tail_values[..., m:, :]
         return self._fetch()
 
+    def _stage_cap(self):
+        """Tokens a decode step may stage: `stage`, at most what the folded decode kernel quantizes for these codecs
+        (`attention.stage_capacity`: 0 off CUDA, for codecs it cannot quantize, and before a decode call was verified)"""
+        if _stage_size(self.stage) == 0 or kernel_backend() != 'cuda': return 0
+        return min(self.stage, stage_capacity(self.k_codec, self.v_codec))
+
     def _stage_token(self, keys, values):
-        """A decode step's token written to the staging buffers (`stage` tokens, the model's dtype) after the T staged
-        ones: two slice updates, as mlx-lm's `KVCache` makes, and no quantize launch. A full stage is quantized first (one
-        launch for `stage` tokens). The attention reads the staged tokens exactly (`CachedSide.staged`)."""
-        T, cap, sk = self._n_tail(), self.stage, self._stage_k
+        """A decode step's token written to the staging buffers (capacity `_stage_cap()`, the model's dtype) after the T
+        staged ones: two slice updates, as mlx-lm's `KVCache` makes, and no quantize launch. A full stage is quantized
+        first (one launch for the stage's tokens). Every reader takes the staged tokens as quantized (`CachedSide.staged`:
+        the decode kernel quantizes them by the quantize kernel's arithmetic), so the answers are those of a cache that
+        quantizes each step's token."""
+        T, cap, sk = self._n_tail(), self._stage_cap(), self._stage_k
         fresh = sk is None or sk.shape[-2] != cap or sk.dtype != keys.dtype or sk.shape[:2] != keys.shape[:2]
         if T and (fresh or T >= cap):   # a full stage (or one of another shape): its tokens quantized, in order
             self._append_quantized(self.tail_keys, self.tail_values); T = 0
@@ -215,6 +223,13 @@ class CodecKVCache(_BaseCache):
         if self.n_quantized:
             for side, parts in (('k', self.keys), ('v', self.values)):
                 for i, p in enumerate(parts): st[f'{side}{i}'] = p[..., :self.n_quantized, :]
+        T = self._n_tail() if self._stage_k is not None else 0
+        if T:   # staged tokens are quantized tokens: the file holds them as the cache will store them (nothing changes here)
+            for nm in ('tail_keys', 'tail_values'): st.pop(nm, None)
+            cfg = self.config(); cfg['n_quantized'] += T
+            st['config'] = json.dumps(cfg, sort_keys=True)
+            for side, codec, x in (('k', self.k_codec, self.tail_keys), ('v', self.v_codec, self.tail_values)):
+                for i, p in enumerate(codec.encode(x)): st[f'{side}{i}'] = mx.concatenate([st[f'{side}{i}'], p], axis=-2) if self.n_quantized else p
         return st
 
     @state.setter

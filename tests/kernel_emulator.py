@@ -134,6 +134,12 @@ struct kvq_dim3 { int x, y, z; };
 #define __syncwarp() g_wbar[g_tid >> 5]->arrive_and_wait()
 #define __shfl_xor_sync(m, v, o) kvq_shfl((v), (o))
 #define __float2half_rn(x) ((float)(kvq_half)(x))
+#define __half2float(x) ((float)(x))
+#define __fmul_rn(a, b) ((float)(a) * (float)(b))
+#define __fadd_rn(a, b) ((float)(a) + (float)(b))
+#define __fdiv_rn(a, b) ((float)(a) / (float)(b))
+#define __fsqrt_rn(a) sqrtf((float)(a))
+#define __fmaf_rn(a, b, c) fmaf((float)(a), (float)(b), (float)(c))
 #define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
 #define __ldcg(p) (*(p))
 static int kvq_atomic_add(int* p, int v) { const int o = *p; *p = o + v; return o; }   // blocks run one after another here
@@ -316,21 +322,29 @@ if __name__ == '__main__':
     print(f"worst error / tolerance {worst:.2f}")
     sys.exit(0 if worst <= 1 else 1)
 
-def check_staged(kc, vc, B, Hkv, G, D, n, T, cap, seed=0, dtype=mx.float16):
-    """Max error of the folded decode kernel that also merges T exact staged tokens of staging buffers of `cap` tokens
-    (`attention_kernels._tail_source`; launched as a decode step of a staging cache launches it) vs the blockwise
-    reference with the staged tokens (`_final_reference(..., tail)`), relative to the output's scale. The staged keys
-    are scaled up so that they carry much of the weight. None where the launcher does not fold the call."""
+def check_staged(kc, vc, B, Hkv, G, D, n, T, cap, seed=0, dtype=mx.float16, stored=False):
+    """Max error of the folded decode kernel that also quantizes and merges T staged tokens of staging buffers of `cap`
+    tokens (`attention_kernels._tail_source`; launched as a decode step of a staging cache launches it) vs the blockwise
+    reference with the staged tokens quantized by their codecs (`_final_reference(..., tail)`), relative to the output's
+    scale. `stored`: against the same launcher's kernel over the T tokens quantized into the storage instead (what the
+    cache attends once the stage is stored: equal up to float32 rounding where the kernel's codes are the quantize
+    kernel's). The staged keys are scaled up so that they carry much of the weight. None where the launcher does not
+    fold the call."""
     mx.random.seed(seed)
     k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
     q = mx.random.normal((B, Hkv * G, 1, D)).astype(dtype)
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    tk, tv = (mx.random.normal((B, Hkv, cap, D)) * 1.5).astype(dtype), mx.random.normal((B, Hkv, cap, D)).astype(dtype)
+    tail = (tk, tv, T, kc, vc)
     kparts, vparts = kc.encode(k), vc.encode(v)
-    tail = ((mx.random.normal((B, Hkv, cap, D)) * 1.5).astype(dtype), mx.random.normal((B, Hkv, cap, D)).astype(dtype), T)
     with _emulated(True):
         _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
         out = run(q, kparts, vparts, n, None, tail)
-    if out is None: return None
-    ref = A._final_reference(q, kp, vp, kparts, vparts, None, n, D ** -0.5, tail)
+        if out is None: return None
+        if stored:
+            cat = lambda a, b: tuple(mx.concatenate([x, y], axis=-2) for x, y in zip(a, b))
+            ks, vs = cat(kparts, kc.encode(tk[:, :, :T])), cat(vparts, vc.encode(tv[:, :, :T]))
+            ref = run(q, ks, vs, n + T)
+    if not stored: ref = A._final_reference(q, kp, vp, kparts, vparts, None, n, D ** -0.5, tail)
     assert out.dtype == ref.dtype == q.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
     return (mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max() / mx.abs(ref.astype(mx.float32)).max()).item()

@@ -34,21 +34,26 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
-@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
-def test_staged_kernel_compiles(case):
-    """The folded kernel that also merges a cache's staged exact tokens (`CodecKVCache.stage`; `_tail_source`), each
-    finish ('rot', 'plain', 'dense'), half-precision staging buffers as a float16 model's cache holds them"""
-    _, kc, vc, G, D = case
-    (regs, spill, smem), fin = CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True, tail=(D, 32))
-    assert fin is not None and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
+          ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8)]
 
-def test_staged_kernel_of_16_heads_compiles():
-    """16 query heads per KV head at head dim 128 (the SIMT kernel, whose score buffer is the smallest: 256 floats per
-    head): the staged tokens' weights and merge coefficients fit beside the fold's outputs, so a stage of 32 folds"""
-    kp, vp = side_plan(TurboCodec(4), 128), side_plan(TurboCodec(4, seed=1), 128)
-    assert AK._fold_ok(64, 16, 128, 32) and not AK._fold_ok(128, 16, 128, 32)
-    (regs, spill, smem), fin = CR.compile_decode(kp, vp, 16, True, tail=(128, 32))
+@pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
+@pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
+def test_staged_kernel_compiles(case, mma, monkeypatch):
+    """The folded kernel that also quantizes and merges a cache's staged tokens (`CodecKVCache.stage`; `_tail_source`:
+    turbo codecs, the 'rot' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
+    capacity `attention.stage_capacity` gives these shapes"""
+    monkeypatch.setattr(AK, 'MMA', mma)
+    _, kc, vc, G, D, cap = case
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    assert AK._fold_ok(AK.FOLD, G, D, (D, cap)) and not AK._fold_ok(AK.FOLD, G, D, (D, 2 * cap))
+    (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, kc.bits, vc.bits))
     assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+
+def test_staged_tokens_need_the_rot_finish():
+    "Only the 'rot' finish merges staged tokens (the decode kernel quantizes turbo codes only): another is refused"
+    with pytest.raises(ValueError, match="'rot' finish"):
+        AK._decode_source(side_plan(AffineCodec(8), 128), side_plan(AffineCodec(4), 128), 4, 'cuda', 'plain', fold='plain', tail=(128, 32, 8, 4))
 
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])   # the calibrated bands with `LEAN_ANY` (their 5-bit key ranges funnel-shifted)
 def test_block_merge_kernel_compiles(case, monkeypatch):

@@ -405,46 +405,51 @@ def test_included_bodies_emulated(monkeypatch, tmp_path):
         E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True)
 
 
-STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300),          # 'rot' finish
-          ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 300),              # 'plain'
-          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 200),                              # 'dense', centered keys
-          ('turbo:4 G16', TurboCodec(4), TurboCodec(4, seed=1), 1, 1, 16, 128, 300)]       # 16 query heads (SIMT kernel): the smallest score buffer
+STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300, 8),
+          ('turbo:3/4 d64 G8 B2', TurboCodec(3), TurboCodec(4, seed=1), 2, 2, 8, 64, 300, 8),   # key and value widths apart
+          ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8),             # the embedded Gemma's head dim
+          ('turbo:2 G16 d64', TurboCodec(2), TurboCodec(2, seed=1), 1, 1, 16, 64, 300, 4)]          # 16 query heads (SIMT kernel): the smallest score buffer
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 def test_staged_tokens_merged_by_the_fold(case):
-    """The folded decode kernel that also attends a cache's exact staged tokens (`CodecKVCache.stage`): one staged
-    token, a full stage, and none (the tail kernel with meta T = 0), against the blockwise reference over the same
-    quantized and staged tokens, for each finish"""
-    name, kc, vc, B, Hkv, G, D, n = case
+    """The folded decode kernel that also quantizes and attends a cache's staged tokens (`CodecKVCache.stage`): one
+    staged token, a full stage, and none (the tail kernel with meta T = 0), against the blockwise reference over the
+    same quantized and staged tokens (quantized by their codecs); and, in float32, against the same kernel over the
+    staged tokens quantized into the storage: the same answer up to float32 rounding, so the kernel's codes and norms
+    are those the quantize kernels store"""
+    name, kc, vc, B, Hkv, G, D, n, cap = case
     kc, vc = _pair(kc, vc, D)
-    for T in (1, 8, 0):
-        err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, 8)
+    for T in (1, cap, 0):
+        err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, cap)
         assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
+    err = E.check_staged(kc, vc, B, Hkv, G, D, n, cap // 2 + 1, cap, dtype=mx.float32, stored=True)
+    assert err is not None and err <= 2e-6, (name, err)
 
 def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
-    """The staged check fails when the kernel drops the staged tokens' sums from the merge, weighs the wrong staged
-    values, or (centered keys) leaves out the q . mean term that puts the quantized part's max on the staged scores' scale"""
-    _, kc, vc, B, Hkv, G, D, n = STAGED[0]
+    """The staged checks fail when the kernel drops the staged tokens' sums from the merge, weighs every staged token by
+    the first one's codes, or keeps the staged norms in float32 (the storage holds them in float16: only the check
+    against the stored tokens sees that)"""
+    _, kc, vc, B, Hkv, G, D, n, cap = STAGED[0]
     orig = AK._tail_source
     def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
-        assert old in orig(64, 64, 64, 8), old
+        assert old in orig(128, 128, 128, 8, 4, 4), old
         monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
     wrong('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('(float)tvr[(long)t * TV + e]', '(float)tvr[e]')   # every staged token weighs the first one's values
+    wrong('cev[tvc[t * TV + e]]', 'cev[tvc[e]]')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('bias += ((float)tqx[g * TD + d] * tsc[0]) * tkm[d];', ';')
-    kc, vc = E.calibrated_pair(96)
-    assert E.check_staged(kc, vc, 1, 2, 2, 96, 200, 4, 8) > 1e-2
+    wrong('__half2float(__float2half_rn(nrm))', 'nrm')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) > 2e-5
 
 def test_staged_decode_steps(monkeypatch):
-    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4, float16): each step's token
-    goes to the staging buffers, the third step's stage is quantized by one pair launch at the next step, the tail is
-    the newest tokens exactly, every step after the first is served by the memoized launcher's folded kernel with the
-    staged tokens, and each output matches the reference attention over the cache's contents"""
+    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4, float16) beside a cache
+    that quantizes every step's token: the first step quantizes (no decode call verified yet, `stage_capacity` 0), then
+    each token goes to the staging buffers and a full stage is quantized by one pair launch at the next step; every
+    step after the second (which verifies the staged kernel) is served by the memoized launcher's folded kernel with the
+    staged tokens; each output matches
+    the other cache's within float32 rounding of a float16 output, and both caches hold the same codes throughout"""
     import warnings
     from mlx_kvq import packing as P, qcache as Q
-    from mlx_kvq.codecs import codec_attention
     from mlx_kvq.turboquant import TurboQuantKVCache
     launched = []
     def recording(name, *a, **kw):
@@ -452,31 +457,35 @@ def test_staged_decode_steps(monkeypatch):
         return lambda **call: launched.append(name) or k(**call)
     monkeypatch.setattr(mx.fast, 'cuda_kernel', recording, raising=False)
     for mod in (A, P, Q): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
-    for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK'): monkeypatch.setattr(A, nm, {})
+    for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK', '_STAGE_CAPS'): monkeypatch.setattr(A, nm, {})
     for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH'): monkeypatch.setattr(P, nm, {})
     served = []
     orig_fast = A._fast_final
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
-    B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 7
+    B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 8
     cache = TurboQuantKVCache(4, 4); cache.stage = 3
+    plain = Q.CodecKVCache(cache.k_codec, cache.v_codec); plain.stage = 0
     mx.random.seed(5)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16), mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        cache.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
-        assert launched.count('mlx_kvq_quantize_pack_pair') == 1
+        for c in (cache, plain): c.update_and_fetch(ks[:, :, :n0], vs[:, :, :n0])
         for t in range(n0, n0 + steps):
-            k, v = cache.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
-            T = (t - n0) % 3 + 1
-            assert cache.n_quantized == t + 1 - T and mx.array_equal(k.tail, ks[:, :, t + 1 - T:t + 1]).item(), t
-            assert k.staged is not None and k.staged.shape[-2] == 3
             q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
+            k, v = cache.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+            T = 0 if t == n0 else (t - n0 - 1) % 3 + 1
+            assert cache.n_quantized == t + 1 - T and (T == 0 or k.staged is not None and k.staged.shape[-2] == 3), t
             out = cache.attend(q, k, v, scale=D ** -0.5)
-            ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
-            err = (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
+            n_served = len(served)
+            pk, pv = plain.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+            ref = plain.attend(q, pk, pv, scale=D ** -0.5)
+            err = (mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max() / mx.abs(ref.astype(mx.float32)).max()).item()
             assert out.dtype == mx.float16 and err <= 2e-3, (t, err)
-    assert launched.count('mlx_kvq_quantize_pack_pair') == 3      # the prefill, then two full stages
-    assert len(served) == steps - 1 and all(s is not None for s in served)   # (the first step verified the kernel and registered the launcher)
+            assert all(mx.array_equal(x, y).item() for x, y in zip(cache.dequantized(), plain.dequantized())), t
+            del served[n_served:]    # (the other cache's calls)
+    assert A.stage_capacity(cache.k_codec, cache.v_codec) == 32
+    # the first step verified the kernel and registered the launcher, the second the staged kernel: the rest by the launcher
+    assert len(served) == steps and served[0] is None and served[1] is None and all(s is not None for s in served[2:])
     assert not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
 
 def test_scalars_prefetched_raw(monkeypatch):

@@ -1,13 +1,16 @@
 """Staged decode tokens (`CodecKVCache.stage`): what the cache holds while decode steps stage their tokens, on this
-machine (MLX CPU) with the cache told that the kernels are CUDA's (staging only happens there); the kernels that read
-the staged tokens are checked in test_kernel_emulation.py (`test_staged_*`)."""
+machine (MLX CPU) with the cache told that the kernels are CUDA's and that the folded decode kernel takes a stage of
+32 for turbo codecs (staging only happens there); the kernels that quantize and attend the staged tokens are checked in
+test_kernel_emulation.py (`test_staged_*`). Staged tokens are quantized tokens: a staging cache holds, attends and saves
+exactly what a cache that quantizes every token holds."""
 import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import save_prompt_cache, load_prompt_cache
 
-from mlx_kvq import qcache as Q
+from mlx_kvq import qcache as Q, attention as A
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turboquant import TurboQuantKVCache
+from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.mla_guard import QuantizedMLACache
 
 B, H, D = 1, 2, 64
@@ -16,6 +19,7 @@ B, H, D = 1, 2, 64
 @pytest.fixture
 def cuda(monkeypatch):
     monkeypatch.setattr(Q, 'kernel_backend', lambda: 'cuda')
+    monkeypatch.setattr(Q, 'stage_capacity', lambda kc, vc: 32 if type(kc) is type(vc) is TurboCodec else 0)
 
 
 def tokens(n, seed=0):
@@ -25,8 +29,13 @@ def tokens(n, seed=0):
 
 def pair(stage, make=lambda: TurboQuantKVCache(4, 3)):
     "A staging cache and one that quantizes every token as it comes, with the same codecs"
-    a = make(); b = Q.CodecKVCache(a.k_codec, a.v_codec); a.stage = stage
+    a = make(); b = Q.CodecKVCache(a.k_codec, a.v_codec); a.stage = stage; b.stage = 0
     return a, b
+
+
+def same_contents(a, b):
+    "Two caches hold the same keys and values, bit for bit, as every reader takes them (staged tokens quantized)"
+    return all(mx.array_equal(x, y).item() for x, y in zip(a.dequantized(), b.dequantized()))
 
 
 def same_quantized(a, b, n):
@@ -34,12 +43,11 @@ def same_quantized(a, b, n):
     return all(mx.array_equal(x[..., :n, :], y[..., :n, :]).item() for x, y in zip((*a.keys, *a.values), (*b.keys, *b.values)))
 
 
-@pytest.mark.parametrize('make', [lambda: TurboQuantKVCache(4, 3), lambda: Q.CodecKVCache(AffineCodec(8), AffineCodec(4))],
-                         ids=['turbo', 'affine'])
-def test_decode_tokens_stage_then_quantize_together(cuda, make):
-    """Each decode step's token is kept exact in the staging buffers; the step after a full stage quantizes its tokens at
-    once, to the same codes as quantizing each token as it came (quantization is per token); nbytes counts the buffers"""
-    a, b = pair(4, make)
+def test_decode_tokens_stage_then_quantize_together(cuda):
+    """Each decode step's token is written to the staging buffers; the step after a full stage quantizes its tokens at
+    once, to the same codes as quantizing each token as it came (quantization is per token); at every step the cache
+    holds what the cache that quantizes each token holds (staged tokens read as quantized); nbytes counts the buffers"""
+    a, b = pair(4)
     k, v = tokens(10 + 9)
     for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
     for t in range(10, 19):
@@ -48,7 +56,8 @@ def test_decode_tokens_stage_then_quantize_together(cuda, make):
         assert a.offset == t + 1 and a.n_quantized == t + 1 - T and b.n_quantized == t + 1
         assert mx.array_equal(ka.tail, k[:, :, t + 1 - T:t + 1]).item() and mx.array_equal(va.tail, v[:, :, t + 1 - T:t + 1]).item()
         assert ka.staged is not None and ka.staged.shape == (B, H, 4, D) and ka.shape[2] == t + 1
-        assert same_quantized(a, b, a.n_quantized)
+        assert same_quantized(a, b, a.n_quantized) and same_contents(a, b)
+        assert not mx.array_equal(ka.dequantize(), mx.concatenate([ka.dequantize()[:, :, :-T], k[:, :, t + 1 - T:t + 1]], axis=2)).item()
     parts = sum(p.nbytes for p in (*a.keys, *a.values))
     assert a.nbytes == parts + 2 * B * H * 4 * D * 4      # float32 buffers of 4 tokens, whatever T is
 
@@ -78,9 +87,34 @@ def test_trim_within_and_past_the_stage(cuda):
     assert same_quantized(a, b, 7)
 
 
-def test_saved_staged_tokens_load_exact(cuda, tmp_path):
-    """A prompt-cache file saved mid-stage holds the staged tokens exactly (as the tail); the loaded cache quantizes them
-    with its next update, in order, and goes on staging after it"""
+def test_affine_caches_do_not_stage(cuda):
+    "The decode kernel quantizes staged tokens of turbo codecs only: an affine cache quantizes each step's token"
+    a, b = pair(4, lambda: Q.CodecKVCache(AffineCodec(8), AffineCodec(4)))
+    k, v = tokens(12)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
+    assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
+
+
+def test_stage_capacity_of_the_real_kernels():
+    """What `attention` records for a verified decode configuration: 32 tokens for turbo at head dim 64 / 128 with 4
+    query heads per KV head, 8 at 256 (the embedded Gemma's), none for affine or where the score buffer is full at FOLD
+    chunks (16 query heads at 128)"""
+    from mlx_kvq.attention import side_plan
+    def cap(kc, vc, G, D):
+        kc.check_dim(D); vc.check_dim(D)
+        A._record_stage_capacity(kc, vc, side_plan(kc, D), side_plan(vc, D), G, D, D)
+        return A.stage_capacity(kc, vc)
+    assert cap(TurboCodec(4), TurboCodec(3, seed=1), 4, 128) == 32 and cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 64) == 32
+    assert cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 256) == 8 and cap(TurboCodec(4), TurboCodec(4, seed=1), 16, 128) == 0
+    assert cap(AffineCodec(8), AffineCodec(4), 4, 128) == 0
+    assert A.stage_capacity(TurboCodec(4), TurboCodec(4)) == 0     # codecs no decode call was verified for
+
+
+def test_saved_staged_tokens_load_quantized(cuda, tmp_path):
+    """A prompt-cache file saved mid-stage holds the staged tokens quantized, as the cache attends them (nothing in the
+    cache changes): the loaded cache holds what the cache that quantizes every token holds, and a loaded cache goes on
+    staging"""
     a, b = pair(8)
     k, v = tokens(20)
     for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
@@ -89,15 +123,14 @@ def test_saved_staged_tokens_load_exact(cuda, tmp_path):
     f = str(tmp_path / 'c.safetensors')
     save_prompt_cache(f, [a])
     (c,) = load_prompt_cache(f)
-    assert type(c) is type(a) and c.offset == 13 and c.n_quantized == 10
-    for x, y in zip(c.dequantized(), a.dequantized()): assert mx.array_equal(x, y).item()
+    assert a.n_quantized == 10 and a._n_tail() == 3               # the saved cache still stages its 3 tokens
+    assert type(c) is type(a) and c.offset == 13 and c.n_quantized == 13 and c._n_tail() == 0
+    assert same_contents(c, a) and same_contents(c, b) and same_quantized(c, b, 13)
     c.stage = 8
-    c.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
-    assert c.n_quantized == 14 and c._n_tail() == 0           # the loaded tail and the new token, quantized in order
-    b.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
-    assert same_quantized(c, b, 14)
-    kc, _ = c.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15])
-    assert kc.staged is not None and mx.array_equal(kc.tail, k[:, :, 14:15]).item()
+    for t in (13, 14):
+        kc, _ = c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    assert kc.staged is not None and c.n_quantized == 14 and mx.array_equal(kc.tail, k[:, :, 14:15]).item()
+    assert same_contents(c, b)
 
 
 def test_no_staging_off_cuda(monkeypatch):
