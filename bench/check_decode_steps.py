@@ -52,7 +52,7 @@ def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
                 worst = max(worst, (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item())
         n_served = sum(s is not None for s in served)
         tol = 1e-3 if dtype == mx.float32 else 2e-3 + (2 ** -8 if dtype == mx.bfloat16 else 0.0)   # the fused output is rounded to bfloat16
-        ok = worst <= tol and n_served == steps - 1 and not caught
+        ok = worst <= tol and n_served >= steps - 2 and not caught   # the first step verifies the kernel; a staging cache's first staged step the staged one
         return dict(scheme=scheme, B=B, Hkv=Hkv, G=G, D=D, n=n0, dtype=str(dtype).split('.')[-1], err=worst,
                     launcher_steps=n_served, warnings=[str(w.message)[:200] for w in caught], ok=ok)
     finally:
