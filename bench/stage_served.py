@@ -1,0 +1,61 @@
+"""Whole-model decode with staged decode tokens (`CodecKVCache.stage`), in one process: fp16, turbo:4 staging (the
+default) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_step, pipelined); how the staged steps'
+attention calls were served (the memoized launcher with staged tokens, without, or the general path), the caches'
+staged token counts, and a cProfile of the staged scheme's host build.
+
+    python3 bench/stage_served.py [--context 32768 131072] [--rounds 2] [--steps 32] [--out DIR]
+"""
+import argparse, cProfile, io, json, pstats, statistics as st, sys, time
+from collections import Counter
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.append(str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from decode_step_profile import filled, pipelined, build_and_sync
+from mlx_kvq import attention as A
+from mlx_kvq.bench import shape_model
+from mlx_kvq.integrate import probe_kv_shapes
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--context", type=int, nargs="+", default=[32768, 131072])
+    p.add_argument("--rounds", type=int, default=2); p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--out", default="/tmp/stage_served"); a = p.parse_args()
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    model = shape_model("llama-3.2-1b", mx.float16); shapes = probe_kv_shapes(model)
+    print(f"stage_served: llama-3.2-1b shape, float16, MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    served = Counter(); orig = A._fast_final
+    def counting(queries, keys, values, scale):
+        r = orig(queries, keys, values, scale)
+        served[('launcher' if r is not None else 'general') + (' staged' if keys.staged is not None and keys.tail is not None and keys.tail.shape[-2] else '')] += 1
+        return r
+    rows = []
+    for context in a.context:
+        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in ("fp16", "turbo:4 staged", "turbo:4 stage 0")}
+        for c in sets["turbo:4 stage 0"]: c.stage = 0
+        A._fast_final = counting; served.clear()
+        pipelined(model, sets["turbo:4 staged"], a.steps)
+        A._fast_final = orig
+        c0 = sets["turbo:4 staged"][0]
+        print(json.dumps(dict(context=context, served=dict(served), stage_capacity=A.stage_capacity(c0.k_codec, c0.v_codec),
+                              staged_now=c0._n_tail(), n_quantized=c0.n_quantized, offset=c0.offset)), flush=True)
+        tps = {kv: [] for kv in sets}
+        for r in range(a.rounds):
+            for kv, caches in sets.items(): tps[kv].append(pipelined(model, caches, a.steps))
+            host = {kv: [round(x, 2) for x in build_and_sync(model, caches, 8)] for kv, caches in sets.items()}
+            print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()}, host_build_submit_sync_ms=host)), flush=True)
+        for kv in sets:
+            rat = [x / f for x, f in zip(tps[kv], tps["fp16"])]
+            rows.append(dict(context=context, scheme=kv, tps=tps[kv], ratios=rat, median_ratio=st.median(rat)))
+            print(f"| {context:,} | {kv} | {st.median(tps[kv]):.1f} | {min(tps[kv]):.1f}-{max(tps[kv]):.1f} | {st.median(rat):.2f}x | {min(rat):.2f}-{max(rat):.2f} |", flush=True)
+        prof = cProfile.Profile(); build_and_sync(model, sets["turbo:4 staged"], 16, prof)
+        s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+        (out / f"profile_staged_{context}.txt").write_text(s.getvalue())
+        del sets; mx.clear_cache()
+    (out / "stage_served.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__": main()
