@@ -111,9 +111,9 @@ class CodecKVCache(_BaseCache):
                 and (self.tail_keys.shape[-2] == 0 or self._stage_k is not None) and self._n_sink() >= self.sink):
             # every token is quantized at once (no window, sink full, tail emptied or staged): what the general path below
             # does, without its slices; or a decode step's token staged (`_stage_token`)
-            staging = n == 1 and self._stage_cap() > 0
+            cap = self._stage_cap() if n == 1 else 0
             self.offset += n
-            if staging: return self._stage_token(keys, values)
+            if cap: return self._stage_token(keys, values, cap)
             if self._n_tail():    # staged tokens first, in order
                 keys, values = mx.concatenate([self.tail_keys, keys], axis=-2), mx.concatenate([self.tail_values, values], axis=-2)
                 self._unstage()
@@ -140,13 +140,13 @@ class CodecKVCache(_BaseCache):
         if _stage_size(self.stage) == 0 or kernel_backend() != 'cuda': return 0
         return min(self.stage, stage_capacity(self.k_codec, self.v_codec))
 
-    def _stage_token(self, keys, values):
-        """A decode step's token written to the staging buffers (capacity `_stage_cap()`, the model's dtype) after the T
+    def _stage_token(self, keys, values, cap):
+        """A decode step's token written to the staging buffers (capacity `cap` = `_stage_cap()`, the model's dtype) after the T
         staged ones: two slice updates, as mlx-lm's `KVCache` makes, and no quantize launch. A full stage is quantized
         first (one launch for the stage's tokens). Every reader takes the staged tokens as quantized (`CachedSide.staged`:
         the decode kernel quantizes them by the quantize kernel's arithmetic), so the answers are those of a cache that
         quantizes each step's token."""
-        T, cap, sk = self._n_tail(), self._stage_cap(), self._stage_k
+        T, sk = self._n_tail(), self._stage_k
         fresh = sk is None or sk.shape[-2] != cap or sk.dtype != keys.dtype or sk.shape[:2] != keys.shape[:2]
         if T and (fresh or T >= cap):   # a full stage (or one of another shape): its tokens quantized, in order
             self._append_quantized(self.tail_keys, self.tail_values); T = 0
