@@ -20,7 +20,7 @@ import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at lau
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'side_plan', 'fused_decode_partial',
-           'fused_decode', 'compiled_decode', 'attend']
+           'fused_decode', 'stage_capacity', 'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
