@@ -14,7 +14,7 @@ import mlx.core as mx
 sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from decode_step_profile import filled, pipelined, build_and_sync
-from mlx_kvq import attention as A
+from mlx_kvq import attention as A, qcache as Q
 from mlx_kvq.bench import shape_model
 from mlx_kvq.integrate import probe_kv_shapes
 
@@ -37,8 +37,10 @@ def main():
         sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in ("fp16", "turbo:4 staged", "turbo:4 stage 0")}
         for c in sets["turbo:4 stage 0"]: c.stage = 0
         A._fast_final = counting; served.clear()
+        wrote = Q.CodecKVCache._write_staged
+        Q.CodecKVCache._write_staged = lambda self, *x: served.update(['token written by the cache']) or wrote(self, *x)
         pipelined(model, sets["turbo:4 staged"], a.steps)
-        A._fast_final = orig
+        A._fast_final, Q.CodecKVCache._write_staged = orig, wrote
         c0 = sets["turbo:4 staged"][0]
         print(json.dumps(dict(context=context, served=dict(served), stage_capacity=A.stage_capacity(c0.k_codec, c0.v_codec),
                               staged_now=c0._n_tail(), n_quantized=c0.n_quantized, offset=c0.offset)), flush=True)
