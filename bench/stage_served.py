@@ -1,5 +1,6 @@
 """Whole-model decode with staged decode tokens (`CodecKVCache.stage`), in one process: fp16, turbo:4 staging (the
-default) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_step, pipelined); how the staged steps'
+default: the decode kernel writes the step's token), turbo:4 staging with the cache writing it (`qcache.WRITE_STAGE`
+off) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_step, pipelined); how the staged steps'
 attention calls were served (the memoized launcher with staged tokens, without, or the general path), the caches'
 staged token counts, and a cProfile of the staged scheme's host build.
 
@@ -34,7 +35,8 @@ def main():
         return r
     rows = []
     for context in a.context:
-        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in ("fp16", "turbo:4 staged", "turbo:4 stage 0")}
+        names = ("fp16", "turbo:4 staged", "turbo:4 staged, cache writes", "turbo:4 stage 0")   # (cache writes: qcache.WRITE_STAGE off for that scheme's runs)
+        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in names}
         for c in sets["turbo:4 stage 0"]: c.stage = 0
         A._fast_final = counting; served.clear()
         wrote = Q.CodecKVCache._write_staged
@@ -46,8 +48,14 @@ def main():
                               staged_now=c0._n_tail(), n_quantized=c0.n_quantized, offset=c0.offset)), flush=True)
         tps = {kv: [] for kv in sets}
         for r in range(a.rounds):
-            for kv, caches in sets.items(): tps[kv].append(pipelined(model, caches, a.steps))
-            host = {kv: [round(x, 2) for x in build_and_sync(model, caches, 8)] for kv, caches in sets.items()}
+            for kv, caches in sets.items():
+                Q.WRITE_STAGE = kv != "turbo:4 staged, cache writes"
+                tps[kv].append(pipelined(model, caches, a.steps))
+            host = {}
+            for kv, caches in sets.items():
+                Q.WRITE_STAGE = kv != "turbo:4 staged, cache writes"
+                host[kv] = [round(x, 2) for x in build_and_sync(model, caches, 8)]
+            Q.WRITE_STAGE = True
             print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()}, host_build_submit_sync_ms=host)), flush=True)
         for kv in sets:
             rat = [x / f for x, f in zip(tps[kv], tps["fp16"])]
