@@ -183,7 +183,7 @@ case $part in
   updatesplit) timeout 500 python3 bench/update_split_cuda.py --context 32768 131072 --rounds 3 > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log" ;;
   qstage) timeout 300 python3 bench/check_staged_cuda.py --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
-  stageserved) timeout 500 python3 bench/stage_served.py ${SS_ARGS:-} --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
+  stageserved) timeout 500 python3 bench/stage_served.py --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   qstagemodel) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do   # whole model, turbo:4 with and without staged decode tokens, fp16 beside each
            KVQ_KNOBS="$k" timeout 200 python3 bench/decode_step_profile.py --context 32768 131072 --kv fp16 turbo:4 --rounds 2 --steps 40 --host \
              --no-ablations --out "$O/model_${k/*=/stage}" > "$O/model_${k/*=/stage}.log" 2>&1; echo "$k"; grep -E "^\\| [0-9]" "$O/model_${k/*=/stage}.log" | tail -6; done ;;

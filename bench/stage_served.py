@@ -1,6 +1,5 @@
 """Whole-model decode with staged decode tokens (`CodecKVCache.stage`), in one process: fp16, turbo:4 staging (the
-default: the decode kernel writes the step's token), turbo:4 staging with the cache writing it (`qcache.WRITE_STAGE`
-off) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_step, pipelined); how the staged steps'
+default) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_step, pipelined); how the staged steps'
 attention calls were served (the memoized launcher with staged tokens, without, or the general path), the caches'
 staged token counts, and a cProfile of the staged scheme's host build.
 
@@ -15,7 +14,7 @@ import mlx.core as mx
 sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from decode_step_profile import filled, pipelined, build_and_sync
-from mlx_kvq import attention as A, qcache as Q
+from mlx_kvq import attention as A
 from mlx_kvq.bench import shape_model
 from mlx_kvq.integrate import probe_kv_shapes
 
@@ -35,27 +34,18 @@ def main():
         return r
     rows = []
     for context in a.context:
-        names = ("fp16", "turbo:4 staged", "turbo:4 staged, cache writes", "turbo:4 stage 0")   # (cache writes: qcache.WRITE_STAGE off for that scheme's runs)
-        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in names}
+        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in ("fp16", "turbo:4 staged", "turbo:4 stage 0")}
         for c in sets["turbo:4 stage 0"]: c.stage = 0
         A._fast_final = counting; served.clear()
-        wrote = Q.CodecKVCache._write_staged
-        Q.CodecKVCache._write_staged = lambda self, *x: served.update(['token written by the cache']) or wrote(self, *x)
         pipelined(model, sets["turbo:4 staged"], a.steps)
-        A._fast_final, Q.CodecKVCache._write_staged = orig, wrote
+        A._fast_final = orig
         c0 = sets["turbo:4 staged"][0]
         print(json.dumps(dict(context=context, served=dict(served), stage_capacity=A.stage_capacity(c0.k_codec, c0.v_codec),
                               staged_now=c0._n_tail(), n_quantized=c0.n_quantized, offset=c0.offset)), flush=True)
         tps = {kv: [] for kv in sets}
         for r in range(a.rounds):
-            for kv, caches in sets.items():
-                Q.WRITE_STAGE = kv != "turbo:4 staged, cache writes"
-                tps[kv].append(pipelined(model, caches, a.steps))
-            host = {}
-            for kv, caches in sets.items():
-                Q.WRITE_STAGE = kv != "turbo:4 staged, cache writes"
-                host[kv] = [round(x, 2) for x in build_and_sync(model, caches, 8)]
-            Q.WRITE_STAGE = True
+            for kv, caches in sets.items(): tps[kv].append(pipelined(model, caches, a.steps))
+            host = {kv: [round(x, 2) for x in build_and_sync(model, caches, 8)] for kv, caches in sets.items()}
             print(json.dumps(dict(context=context, round=r, tps={k: round(v[-1], 1) for k, v in tps.items()}, host_build_submit_sync_ms=host)), flush=True)
         for kv in sets:
             rat = [x / f for x, f in zip(tps[kv], tps["fp16"])]

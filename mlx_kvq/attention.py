@@ -369,7 +369,6 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), outs + ['out', 'cnext']
-        if fold and tail and len(tail) > 4 and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['sko', 'svo']   # the step's token written by the kernel
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
@@ -550,7 +549,7 @@ def _tail_parts(q, tail):
     codec) for scaled float32 queries q (B, Hkv, G, 1, D): each token as its codec stores it (`encode`, then `decode`:
     the values the cache holds once the stage is quantized), by elementwise products and sums: exact float32 on every
     backend (a GPU's float32 matmul may round its inputs to TF32, 1e-3 off; T is at most a stage)"""
-    tk, tv, T, kc, vc = tail[:5]
+    tk, tv, T, kc, vc = tail
     k, v = (c.decode(c.encode(x[:, :, :T, :]))[:, :, None, None] for c, x in ((kc, tk), (vc, tv)))
     m, l, p = _softmax_partial((mx.expand_dims(q, -2) * k).sum(-1))
     return m, l, (mx.expand_dims(p, -1) * v).sum(-2)
@@ -689,8 +688,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     def run(q, kp, vp, n, mask=None, tail=None):
         if tail is not None:   # (staged keys, staged values, T): only the folded kernel that merges them serves it
-            cap, write = tail[0].shape[-2], len(tail) > 5 and tail[5] is not None
-            if write and (tail[5].dtype != q.dtype or tail[6].dtype != q.dtype or tail[5].shape != (B, Hkv, 1, D) or tail[6].shape != (B, Hkv, 1, Dv)): return None
+            cap = tail[0].shape[-2]
             if (not staging or type(tail[3]) is not TurboCodec or type(tail[4]) is not TurboCodec or folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
                     or tail[0].shape[-1] != D or tail[1].shape[-1] != Dv or not 0 <= tail[2] <= cap): return None
             meta, S = _tail_step(n, tail[2], cap, R, G, Hkv, VDP, tkey + (cap,))
@@ -699,11 +697,11 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         grid, SP = (GX * NT, R, 1), GX if bmerge else S
         if tail is not None:
             if not _AK._fold_ok(SP, G, VDP, (D, cap)): return None
-            if (cap, write) not in tails:
+            if cap not in tails:
                 kc, vc = tail[3], tail[4]
-                tails[cap, write] = (_get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits, write))[0],
-                                     [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))])
-            fk, tconst = tails[cap, write]
+                tails[cap] = (_get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits))[0],
+                              [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))])
+            fk, tconst = tails[cap]
         else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None
         sides, ins = (kp, vp), list(base)
         qc = mx.contiguous(q) if tail is not None or not kdense else None
@@ -713,13 +711,11 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         for i, s, j in parts_at: ins[i] = sides[s][j]
         if fk is not None:    # one launch: the decode kernel finishes the attention (and merges the staged tokens)
             more = [] if tail is None else [qc, tail[0], tail[1], *tconst]
-            wshapes = [tail[0].shape, tail[1].shape] if tail is not None and write else []
-            if wshapes: more += [tail[5], tail[6]]
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                _, _, out, cnt[0], *staged = fk(inputs=ins + [cnt[0], *extra, *more], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                                output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)] + wshapes,
-                                                output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32] + [q.dtype] * len(wshapes))
-            return (out, *staged) if staged else out
+                _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra, *more], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
+                                       output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
+                                       output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+            return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
                        output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
@@ -741,57 +737,18 @@ def _fast_final(queries, keys, values, scale):
     if not kp or not vp or keys.head is not None and keys.head.shape[-2] or values.head is not None and values.head.shape[-2]: return None
     n = keys.n_quantized
     if n != values.n_quantized or kp[0].shape[0] != B or kp[0].shape[1] != Hkv or not _fits(n, G): return None
-    if keys.n_tail or values.n_tail:   # tokens after the quantized ones: a staging cache's (else another path)
+    if keys.tail is not None and keys.tail.shape[-2] or values.tail is not None and values.tail.shape[-2]:   # exact tokens after the quantized ones
         tail = _staged_tail(keys, values)
-        if tail is None or tail[0].shape[-2] not in caps: return None
-        if tail[5] is None: return run(queries, kp, vp, n, None, tail)
-        wkey = ('write', tail[0].shape[-2], str(queries.dtype))   # the step's token written by the kernel: verified once per capacity and dtype
-        if wkey in caps:
-            got = run(queries, kp, vp, n, None, tail)
-            if got is None: return None
-            _adopt(keys, got)
-            return got[0]
-        return None if ('refused',) + wkey in caps else _verify_write(queries, keys, values, scale, run, caps, wkey, n, tail)
+        return None if tail is None or tail[0].shape[-2] not in caps else run(queries, kp, vp, n, None, tail)
     return run(queries, kp, vp, n) if 0 in caps else None
 
-def _verify_write(queries, keys, values, scale, run, caps, wkey, n, tail):
-    """First use of the decode kernel that also writes a staging cache's step token (`_tail_source` with WRITE): its
-    output against the blockwise reference over the same tokens (`_final_oracle`, the final path's bar), and the buffers
-    it wrote against the staged tokens and the step's, exactly. Agreed: the launcher takes it from now on (`caps`) and
-    the cache its buffers; else a warning, and the cache writes its tokens itself from now on (None: the caller's path)"""
-    import warnings
-    got = run(queries, keys.storage, values.storage, n, None, tail)
-    sk, sv, T = tail[0], tail[1], tail[2]
-    want = [mx.concatenate([s[:, :, :T - 1], p, s[:, :, T:]], axis=2) for s, p in ((sk, tail[5]), (sv, tail[6]))]
-    D = queries.shape[-1]
-    kplan, vplan = side_plan(keys.codec, D), side_plan(values.codec, sv.shape[-1])   # (not `_value_dim`: reading a side's shape writes its pending token)
-    nk, nv = (tuple(p[..., :n, :] for p in side.storage) for side in (keys, values))
-    ref = _final_oracle(queries, kplan, vplan, nk, nv, None, n, scale, (want[0], want[1], T, keys.codec, values.codec))
-    why = "returned nothing" if got is None else _agree_final(got[0], ref)
-    if why is None and not all(mx.array_equal(g[:, :, :T], w[:, :, :T]).item() for g, w in zip(got[1:], want)):
-        why = "wrote other staging buffers than the staged tokens and the step's"
-    if why is not None:
-        caps.add(('refused',) + wkey)
-        warnings.warn(f"mlx_kvq: fused cuda attention decode kernel writing the staged token {why} for {wkey}; the cache writes it", RuntimeWarning, stacklevel=3)
-        return None
-    caps.add(wkey)
-    _adopt(keys, got)
-    return got[0]
-
-def _adopt(keys, got):
-    "The cache takes the staging buffers the kernel wrote (unless it wrote its token itself meanwhile: then its own stay)"
-    if keys.adopt is not None: keys.adopt(got[1], got[2])
-
 def _staged_tail(keys, values):
-    """(staged keys, staged values, T, key codec, value codec, pending key, pending value) where both sides' tail is the
-    first T tokens of a cache's staging buffers (`CachedSide.staged`, T > 0), the last of them, while the cache has not
-    written it, the step's own token (`CachedSide.pending`, else None), else None"""
+    """(staged keys, staged values, T, key codec, value codec) where both sides' tail is the first T tokens of a cache's
+    staging buffers (`CachedSide.staged`, T > 0), else None"""
     sk, sv = keys.staged, values.staged
-    if sk is None or sv is None: return None
-    T = keys.n_tail
-    if not (0 < T == values.n_tail and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2]): return None
-    pk, pv = keys.pending, values.pending
-    return (sk, sv, T, keys.codec, values.codec, *((pk, pv) if pk is not None and pv is not None else (None, None)))
+    if sk is None or sv is None or keys.tail is None or values.tail is None: return None
+    T = keys.tail.shape[-2]
+    return (sk, sv, T, keys.codec, values.codec) if 0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2] else None
 
 _STAGE_CAPS = {}   # (id(key codec), id(value codec)) -> (codecs, the stage capacity their folded kernel takes): `stage_capacity`
 
@@ -834,7 +791,7 @@ def compiled_decode(queries, keys: CachedSide, values: CachedSide, *, scale):
     got = _COMPILED.get(key)
     if got is None or got[0] is not keys.codec or got[1] is not values.codec:
         D = queries.shape[-1]
-        kplan, vplan = side_plan(keys.codec, D), side_plan(values.codec, sv.shape[-1])   # (not `_value_dim`: reading a side's shape writes its pending token)
+        kplan, vplan = side_plan(keys.codec, D), side_plan(values.codec, _value_dim(values, D))
         ok = kplan is not None and vplan is not None and 'exact' not in (kplan.kind, vplan.kind)
         if len(_COMPILED) > 1024: _COMPILED.clear()
         got = _COMPILED[key] = (keys.codec, values.codec,

@@ -8,6 +8,8 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 import re
 
+from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
+
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
@@ -539,7 +541,7 @@ def _fold_ok(S, G, VDP, tail=None):
     staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
     return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
-def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
+def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; turbo codecs with one Walsh-Hadamard
     block per side, the 'rot' finish), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
@@ -555,12 +557,7 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
     (thread per head and coordinate), xs = tm[2g] xs + tm[2g + 1] sum_t w_t n_t cev[code], which the finish's inverse
     rotation takes as it takes the quantized part alone. No staged token (meta[8] = 0): coefficients 1 and 0. Shared
     memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms, then
-    CAP x (D + Dv) one-byte codes. `WRITE`: the newest staged token is not in the buffers yet but in inputs `nk`, `nv`
-    (B, Hkv, 1, D) as the model made it (read through their strides): the block first writes the row's staging buffers
-    anew into outputs `sko`, `svo` (the T - 1 staged tokens of `tk`, `tv`, then the new one; tokens past T are not
-    written) and quantizes from them, so a decode step's cache update is no operation of its own (the cache takes the
-    outputs as its buffers)."""
-    from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA
+    CAP x (D + Dv) one-byte codes."""
     def quant(E, N, BITS, x, signs, bnd, codes, norm):   # one staged row of one side: the quantize kernel's arithmetic
         return f"""                constexpr int E = {E}, N = {N}, BITS = {BITS};
                 const T* const xr = {x};
@@ -581,7 +578,7 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
         float* const tn = tq + G * TD;           // TC key norms, TC value norms
         unsigned char* const tkc = reinterpret_cast<unsigned char*>(tn + 2 * TC);   // TC x TD key codes
         unsigned char* const tvc = tkc + TC * TD;                                    // TC x TV value codes
-{_write_source() if WRITE else ""}        for (int task = warp; task < G + 2 * TT; task += {_NW}) {{
+        for (int task = warp; task < G + 2 * TT; task += {_NW}) {{
             if (task < G) {{                     // head `task`'s query, rotated as the keys were
                 constexpr int E = TD / 32, N = TD;
                 const T* const xr = qx + ((long)r * G + task) * TD;
@@ -590,9 +587,9 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
 {_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
             }} else if (task < G + TT) {{         // staged key t
                 const int t = task - G;
-{quant(D // 32, D, KBITS, f"{'sko' if WRITE else 'tk'} + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
+{quant(D // 32, D, KBITS, "tk + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
                 const int t = task - G - TT;
-{quant(Dv // 32, Dv, VBITS, f"{'svo' if WRITE else 'tv'} + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
+{quant(Dv // 32, Dv, VBITS, "tv + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
         }}
         KVQ_SYNC();
         for (int i = tid; i < G * TT; i += {NT}) {{
@@ -627,24 +624,6 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
             xs[g * VDP + e] = tm[2 * g] * xs[g * VDP + e] + tm[2 * g + 1] * a;
         }}
         KVQ_SYNC();
-"""
-
-def _write_source():
-    "Source: the row's staging buffers written anew (`_tail_source` with WRITE): T - 1 staged tokens copied, the new one from `nk` / `nv`"
-    return f"""        {{   // the staging buffers written anew: staged tokens 0 .. TT - 2 copied, token TT - 1 the step's own (nk, nv)
-            const int hb = r / meta[2], hh = r - hb * meta[2];
-            const T* const nkr = nk + hb * nk_strides[0] + hh * nk_strides[1];
-            const T* const nvr = nv + hb * nv_strides[0] + hh * nv_strides[1];
-            for (int i = tid; i < TT * TD; i += {NT}) {{
-                const int t = i / TD, d = i - t * TD;
-                sko[(long)r * TC * TD + i] = t < TT - 1 ? tk[(long)r * TC * TD + i] : nkr[d * nk_strides[3]];
-            }}
-            for (int i = tid; i < TT * TV; i += {NT}) {{
-                const int t = i / TV, d = i - t * TV;
-                svo[(long)r * TC * TV + i] = t < TT - 1 ? tv[(long)r * TC * TV + i] : nvr[d * nv_strides[3]];
-            }}
-            KVQ_SYNC();
-        }}
 """
 
 def _fold_source(VDP, finish, Dv=None, tail=None):

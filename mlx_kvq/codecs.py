@@ -138,25 +138,10 @@ class CachedSide:
     tokens: every reader takes them as the codec stores them (`encode`; the decode kernel quantizes them itself, by
     the same arithmetic), so staging never changes an answer."""
     staged = None
-    pending = None   # a staging cache's newest token (B, H, 1, D) while it is not in the staging buffer yet (the decode kernel writes it)
-    adopt = None     # with `pending`: adopt(keys buffer, values buffer) gives the cache the buffers the kernel wrote
-    _settle = None   # with `pending`: writes it into the buffer (two slice updates) and sets both sides' `tail`
-    def __init__(self, codec, head=None, parts=None, tail=None, n=None, n_tail=None):
-        self.codec, self.head, self._tail = codec, head, tail
-        self._ntail = n_tail
+    def __init__(self, codec, head=None, parts=None, tail=None, n=None):
+        self.codec, self.head, self.tail = codec, head, tail
         self.storage, self._n = parts, n
         self._parts = parts if n is None else None
-    @property
-    def tail(self):
-        "The exact (or, `staged`, staged) tokens after the quantized ones; reading it writes a pending token first"
-        if self._settle is not None: self._settle()
-        return self._tail
-    @tail.setter
-    def tail(self, x): self._tail = x
-    @property
-    def n_tail(self):
-        "Tokens in `tail`, pending one included, without writing it"
-        return self._ntail if self._settle is not None else self._len(self._tail)
     @property
     def parts(self):
         if self._parts is None and self.storage: self._parts = tuple(p[..., :self._n, :] for p in self.storage)

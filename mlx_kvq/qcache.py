@@ -50,8 +50,6 @@ def _stage_size(stage):
                          f"model's dtype before one launch quantizes them together; 0 turns staging off), got {stage!r}")
     return stage
 
-WRITE_STAGE = True   # CUDA: a staged decode step's token is written into the staging buffers by the decode kernel (`CachedSide.pending`), not by two slice updates of the cache's own
-
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
@@ -74,11 +72,10 @@ class CodecKVCache(_BaseCache):
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
         self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
-        self._pend = None                            # (keys, values) of the newest staged token while it is not in the buffers (`WRITE_STAGE`)
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
-    def _n_tail(self): return (0 if self.tail_keys is None else self.tail_keys.shape[-2]) + (self._pend is not None)
+    def _n_tail(self): return 0 if self.tail_keys is None else self.tail_keys.shape[-2]
 
     def _append_quantized(self, keys, values):
         n, prev = keys.shape[-2], self.n_quantized
@@ -107,7 +104,6 @@ class CodecKVCache(_BaseCache):
 
     def update_and_fetch(self, keys, values):
         check_update(self, keys, values)
-        self._settle()
         if self.offset == 0:
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         n = keys.shape[-2]
@@ -158,34 +154,11 @@ class CodecKVCache(_BaseCache):
             B, H = keys.shape[:2]
             self._stage_k = mx.zeros((B, H, cap, keys.shape[-1]), keys.dtype)
             self._stage_v = mx.zeros((B, H, cap, values.shape[-1]), values.dtype)
-        if WRITE_STAGE:   # the decode kernel writes it (and returns the buffers, `_adopt`); any other reader writes it first (`_settle`)
-            if not T: self.tail_keys, self.tail_values = self._stage_k[:, :, :0], self._stage_v[:, :, :0]
-            self._pend = (keys, values)
-            return self._fetch()
-        self._write_staged(keys, values, T)
-        return self._fetch()
-
-    def _write_staged(self, keys, values, T):
-        "Token T of the staging buffers written (two slice updates); the tail their first T + 1 tokens"
         at = (slice(None), slice(None), slice(T, T + 1))
         self._stage_k[at] = keys; self._stage_v[at] = values
         at = (slice(None), slice(None), slice(0, T + 1))
         self.tail_keys, self.tail_values = self._stage_k[at], self._stage_v[at]
-
-    def _settle(self):
-        "The pending staged token (`WRITE_STAGE`) written into the buffers by the cache itself (no kernel took it)"
-        if self._pend is None: return
-        (k, v), self._pend = self._pend, None
-        self._write_staged(k, v, self.tail_keys.shape[-2])
-
-    def _adopt(self, pend, sk, sv):
-        """The staging buffers a decode kernel wrote (the staged tokens and the pending one, `pend`) taken as the cache's;
-        ignored when the cache has moved on since"""
-        if self._pend is not pend or sk.shape != self._stage_k.shape or sv.shape != self._stage_v.shape: return False
-        T = self.tail_keys.shape[-2] + 1
-        self._pend, self._stage_k, self._stage_v = None, sk, sv
-        self.tail_keys, self.tail_values = sk[:, :, :T], sv[:, :, :T]
-        return True
+        return self._fetch()
 
     def _unstage(self):
         "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
@@ -194,30 +167,9 @@ class CodecKVCache(_BaseCache):
 
     def _fetch(self):
         n = self.n_quantized
-        if self._pend is not None: return self._fetch_pending(n)
         ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
                   CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
         if self._stage_k is not None and self._n_tail(): ks.staged, vs.staged = self._stage_k, self._stage_v
-        return ks, vs
-
-    def _fetch_pending(self, n):
-        """The two sides while the newest staged token is pending: `tail` is written when first read (`CachedSide._settle`);
-        the decode kernel reads the token as `pending` and hands back the buffers it wrote (`CachedSide.adopt`)"""
-        pend, T = self._pend, self._n_tail()
-        ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, None, n=n, n_tail=T),
-                  CachedSide(self.v_codec, self.sink_values, self.values if n else None, None, n=n, n_tail=T))
-        def show():   # both sides as the cache now holds them
-            for side, t, b in ((ks, self.tail_keys, self._stage_k), (vs, self.tail_values, self._stage_v)):
-                side._settle = side.pending = side.adopt = None; side._tail, side.staged = t, b
-        def settle():
-            if self._pend is pend: self._settle()
-            show()
-        def adopt(sk, sv):
-            ok = self._adopt(pend, sk, sv)
-            if ok: show()
-            return ok
-        ks.staged, vs.staged, ks.pending, vs.pending = self._stage_k, self._stage_v, pend[0], pend[1]
-        ks._settle = vs._settle = settle; ks.adopt = vs.adopt = adopt
         return ks, vs
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
@@ -236,7 +188,6 @@ class CodecKVCache(_BaseCache):
 
     def trim(self, n):
         n = min(self.offset, check_trim(self, n))
-        self._settle()
         t = min(n, self._n_tail())
         if t: self.tail_keys, self.tail_values = self.tail_keys[..., :self._n_tail() - t, :], self.tail_values[..., :self._n_tail() - t, :]
         q = min(n - t, self.n_quantized); self.n_quantized -= q
@@ -265,7 +216,6 @@ class CodecKVCache(_BaseCache):
 
     @property
     def state(self):
-        self._settle()
         st = dict(config=json.dumps(self.config(), sort_keys=True))
         for nm in ('sink_keys', 'sink_values', 'tail_keys', 'tail_values'):
             x = getattr(self, nm)
