@@ -4,9 +4,9 @@ tokens itself, `attention_kernels._tail_source`, once verified). What must hold:
 every step (`dequantized` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
 ones), the two outputs agree to float32 rounding (float32 models: the kernel's in-kernel codes and norms are the
 stored ones; one differing code would show as ~1e-3), and each output is within the final path's bar of the reference
-(`codec_attention` on the CPU stream, float32). The quantize kernels are verified on a scratch cache first: their
-first use returns the reference implementation's codes, which may differ from the kernel's at a boundary (one cache's
-prefill would then hold other codes than the other's).
+(`codec_attention` on the CPU stream, float32). The quantize kernels are verified on a scratch cache first: until
+2026-11-28 a kernel's first use returned the reference implementation's codes, which may differ from the kernel's at a
+boundary (one cache's prefill then held other codes than the other's: `bench/h200_20261128h/qstage_first/`).
 
     python3 bench/check_staged_cuda.py [--out DIR]
 """

@@ -494,7 +494,8 @@ class GuardedKernel:
         self.state[key] = why is None
         if why is not None:
             warnings.warn(f"mlx_kvq: fused {self.name} kernel {why} for {key}; using the reference implementation", RuntimeWarning, stacklevel=3)
-        return ref
+            return ref
+        return out   # agreed: the kernel answers this call too, as it answers every later one of the class (a quantize kernel's codes may differ from the reference's at a boundary)
 
 # %% ../nbs/02_packing.ipynb #895c4710
 def _q_class(x, rotation, codebook): return (x.shape[-1], str(x.dtype), rotation.dim, rotation.seed, rotation.path, codebook.d, codebook.bits)

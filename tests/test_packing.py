@@ -120,3 +120,15 @@ def test_included_kernel_body(tmp_path, monkeypatch):
     monkeypatch.setenv('MLX_KVQ_KERNEL_DIR', str(tmp_path / 'a"b'))   # a name no #include line can hold
     with pytest.warns(RuntimeWarning, match='#include cannot name'):
         assert P._included(src, ['a', 'b', 'c']) is None
+
+
+def test_the_verifying_call_is_answered_by_the_agreeing_kernel():
+    """A kernel that agrees with its reference answers the call that verified it (as every later call of its class): the
+    first cache quantized in a process holds the kernel's codes, as later ones do; a refused kernel's call is the reference's"""
+    from mlx_kvq.packing import GuardedKernel
+    ok = GuardedKernel('test', lambda x: x + 1, lambda x: x, lambda x: 'class', lambda out, ref, x: None)
+    assert ok(mx.array([1.0])).item() == 2.0 and ok.state['class'] is True and ok(mx.array([1.0])).item() == 2.0
+    refused = GuardedKernel('test', lambda x: x + 1, lambda x: x, lambda x: 'class', lambda out, ref, x: 'disagrees')
+    with pytest.warns(RuntimeWarning, match='disagrees'):
+        assert refused(mx.array([1.0])).item() == 1.0
+    assert refused.state['class'] is False and refused(mx.array([1.0])).item() == 1.0
