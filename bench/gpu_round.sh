@@ -35,7 +35,7 @@
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
 #       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
-#       stagecheck (decode steps with staged exact tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
+#       stagecheck (decode steps with staged tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
 #       prefillprof (bench/prefill_profile.py: a 16K prompt in 2048-token chunks, ms per chunk, and one layer's update / attention pieces at a 14K past: about 3 min)
 #       prefillab (prefill_profile.py, the pair routes against the previous ones (SCHEME/previous), fp16 first and last: about 1 min)

@@ -437,7 +437,7 @@ def _step(n, R, G, Hkv, has_mask, VDP, key=None):
 _TAIL_TABLES = {}
 
 def _tail_step(n, T, cap, R, G, Hkv, VDP, key):
-    """(`meta` row, chunks S) of a decode call over n quantized tokens and T exact staged ones (`TAIL`): `_meta_row` and
+    """(`meta` row, chunks S) of a decode call over n quantized tokens and T staged ones (`TAIL`): `_meta_row` and
     T. The rows of T = 0 .. cap for one n are made at once as one device array (while a cache stages, n stays and T
     grows one token a step), split into views once"""
     got = _TAIL_TABLES.get(key)
@@ -471,11 +471,6 @@ def _signs(plan):
         b = plan.bands[0]
         plan._signs = device_constant(np.ones(b.n, np.float32)) if b.rot is None else _signs_of(b.rot)
     return plan._signs
-
-_ZEROS = {}
-def _zeros_constant(n):
-    if n not in _ZEROS: _ZEROS[n] = device_constant(np.zeros(n, np.float32))
-    return _ZEROS[n]
 
 _SCALARS = {}
 def _scalar(x):
@@ -537,9 +532,9 @@ def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, b
 
 def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=None, backend='cuda'):
     """Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the
-    configuration's launcher); with `tail` = (staged keys, staged values, T): also over the first T exact tokens of a
-    cache's staging buffers (B, Hkv, capacity, D), merged by the decode kernel's own finish (`_tail_source`) where the
-    call folds, else by the blockwise path (`_tail_blockwise`)"""
+    configuration's launcher); with `tail` = (staged keys, staged values, T, key codec, value codec): also over the
+    first T tokens of a cache's staging buffers (B, Hkv, capacity, D), quantized and merged by the decode kernel's own
+    finish (`_tail_source`) where the call folds, else by the blockwise path (`_tail_blockwise`)"""
     run = _final_launcher(queries, kplan, vplan, kparts, scale, backend)[1]
     out = run(queries, kparts, vparts, n, mask, tail)
     return out if out is not None else _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)
@@ -737,7 +732,7 @@ def _fast_final(queries, keys, values, scale):
     if not kp or not vp or keys.head is not None and keys.head.shape[-2] or values.head is not None and values.head.shape[-2]: return None
     n = keys.n_quantized
     if n != values.n_quantized or kp[0].shape[0] != B or kp[0].shape[1] != Hkv or not _fits(n, G): return None
-    if keys.tail is not None and keys.tail.shape[-2] or values.tail is not None and values.tail.shape[-2]:   # exact tokens after the quantized ones
+    if keys.tail is not None and keys.tail.shape[-2] or values.tail is not None and values.tail.shape[-2]:   # tokens after the quantized ones (a staging cache's)
         tail = _staged_tail(keys, values)
         return None if tail is None or tail[0].shape[-2] not in caps else run(queries, kp, vp, n, None, tail)
     return run(queries, kp, vp, n) if 0 in caps else None
