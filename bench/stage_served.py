@@ -3,7 +3,12 @@ default) and turbo:4 with stage 0, timed in turn per round (mlx-lm's generate_st
 attention calls were served (the memoized launcher with staged tokens, without, or the general path), the caches'
 staged token counts, and a cProfile of the staged scheme's host build.
 
-    python3 bench/stage_served.py [--context 32768 131072] [--rounds 2] [--steps 32] [--out DIR]
+    python3 bench/stage_served.py [--context 32768 131072] [--rounds 2] [--steps 32] [--out DIR] [--no-stage0]
+                                  [--baseline DIR]
+
+`--baseline DIR`: DIR holds another version of the package as `mlx_kvq_base` (`bash bench/baseline_package.sh REV DIR`
+makes it from a commit): its turbo:4 caches (staging, as that version does by default) are timed in the same rounds,
+so two versions of the host code compare in one process, on one host, alternating.
 """
 import argparse, cProfile, io, json, pstats, statistics as st, sys, time
 from collections import Counter
@@ -23,7 +28,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--context", type=int, nargs="+", default=[32768, 131072])
     p.add_argument("--rounds", type=int, default=2); p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--out", default="/tmp/stage_served"); a = p.parse_args()
+    p.add_argument("--out", default="/tmp/stage_served")
+    p.add_argument("--no-stage0", action="store_true", help="leave out turbo:4 with stage 0")
+    p.add_argument("--baseline", help="a folder holding another version of the package as mlx_kvq_base: its turbo:4 timed beside")
+    p.add_argument("--more", nargs="*", default=[], help="more schemes timed as they come (e.g. affine:4), with --baseline that version's too")
+    a = p.parse_args()
+    base = None
+    if a.baseline:
+        sys.path.insert(0, a.baseline)
+        import mlx_kvq_base.bench as base
+        base_rev = (Path(a.baseline) / "mlx_kvq_base" / "REV").read_text().strip() if (Path(a.baseline) / "mlx_kvq_base" / "REV").exists() else "?"
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     model = shape_model("llama-3.2-1b", mx.float16); shapes = probe_kv_shapes(model)
     print(f"stage_served: llama-3.2-1b shape, float16, MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
@@ -34,8 +48,15 @@ def main():
         return r
     rows = []
     for context in a.context:
-        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in ("fp16", "turbo:4 staged", "turbo:4 stage 0")}
-        for c in sets["turbo:4 stage 0"]: c.stage = 0
+        names = ("fp16", "turbo:4 staged") + (() if a.no_stage0 else ("turbo:4 stage 0",))
+        sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in names}
+        if not a.no_stage0:
+            for c in sets["turbo:4 stage 0"]: c.stage = 0
+        for kv in a.more: sets[kv] = filled(model, kv, context, mx.float16, shapes)[0]
+        for kv in (["turbo:4"] + a.more) if base is not None else []:   # the other version's caches, filled as `filled` fills ours
+            caches = base.bench_caches(model, base._bench_scheme(kv))
+            for i, c in enumerate(caches): base._fill(c, shapes[str(i)][1][:3], context, mx.float16, 7919 * i)
+            sets[f"{kv}{' staged' if kv == 'turbo:4' else ''}, baseline {base_rev}"] = caches
         A._fast_final = counting; served.clear()
         pipelined(model, sets["turbo:4 staged"], a.steps)
         A._fast_final = orig

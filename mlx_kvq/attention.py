@@ -434,19 +434,6 @@ def _step(n, R, G, Hkv, has_mask, VDP, key=None):
     i = n - got[0]
     return got[1][i], got[2][i]
 
-_TAIL_TABLES = {}
-
-def _tail_step(n, T, cap, R, G, Hkv, VDP, key):
-    """(`meta` row, chunks S) of a decode call over n quantized tokens and T staged ones (`TAIL`): `_meta_row` and
-    T. The rows of T = 0 .. cap for one n are made at once as one device array (while a cache stages, n stays and T
-    grows one token a step), split into views once"""
-    got = _TAIL_TABLES.get(key)
-    if got is None or got[0] != n:
-        if len(_TAIL_TABLES) > 256: _TAIL_TABLES.clear()
-        row = _meta_row(n, R, G, Hkv, False, VDP)
-        got = _TAIL_TABLES[key] = (n, _device_rows(np.array([(*row, t) for t in range(cap + 1)], np.int32)), row[1])
-    return got[1][T], got[2]
-
 def _tables(plan):
     "The code tables of a plan's bands, concatenated (cached on the plan)"
     if not hasattr(plan, '_tab'):
@@ -673,48 +660,84 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
-    mkeys = [(R, G, Hkv, m, VDP, _variant()) for m in (False, True)]   # the meta tables' keys (the launcher is made per variant)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
-    tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its constants), built on the first such call
+    tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
+    ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), chunks), made when n changes
+    mtab = [None, None]   # without / with a mask: (first n, `meta` rows, chunk counts): `_step`'s table, held here
+    calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = fin == 'rot' and _finish_kind(kplan) == 'rot'   # staged tokens: quantized in the kernel (turbo, one Walsh-Hadamard block per side)
-    tkey = (R, G, Hkv, VDP, _variant(), id(kplan), id(vplan))   # its meta tables' key
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
+    TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
+    FODT, PODT = [mx.float32, mx.float32, queries.dtype, mx.int32], [mx.float32, mx.float32]
+    at_cnt = len(names)   # positions in a staged call's inputs: names, cnt, extra, then `_TAIL_INPUTS`
+    at_qx = len(names) + 1 + len(extra); at_tk, at_tv = at_qx + 1, at_qx + 2
+    def step_meta(n, m):
+        "(`meta` row, chunks) of a call over n tokens (m: with a mask), from the launcher's own table of META_ROWS token counts"
+        if not META_ROWS: return _step(n, R, G, Hkv, m, VDP)
+        t = mtab[m]
+        if t is None or not t[0] <= n < t[0] + META_ROWS:
+            rows = np.array([_meta_row(x, R, G, Hkv, m, VDP) for x in range(n, n + META_ROWS)], np.int32)
+            t = mtab[m] = (n, _device_rows(rows), rows[:, 1].tolist())   # one device op per META_ROWS steps
+        return t[1][n - t[0]], t[2][n - t[0]]
+    def call_of(S, key):
+        "(grid, folded kernel or None, output shapes) of a call of S chunks; key: stage capacity (False where the fold cannot take its staged tokens), 0, or -1 with a mask"
+        got = calls.get((S, key))
+        if got is None:
+            GX = _AK._blocks_x(S, R, pch) if mma else S
+            SP = GX if bmerge else S
+            fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key) if key > 0 else None)
+            got = calls[(S, key)] = ((GX * NT, R, 1), folded if fold else None,
+                                     [(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)] if fold else [(R, S, G, VDP), (R, S, G, 2)])
+            if key > 0 and not fold: got = calls[(S, key)] = False
+        return got
+    def tail_kernel(cap, kc, vc):
+        "(folded kernel for `cap` staged tokens, its inputs with the constants in place), or False where these codecs cannot stage"
+        if not (staging and type(kc) is TurboCodec and type(vc) is TurboCodec and folded is not None): return False
+        consts = [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))]
+        ins = list(base) + [None, *extra, None, None, None, *consts]
+        ins[imask] = _mask_input(None, B, 0)
+        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits))[0], ins
     def run(q, kp, vp, n, mask=None, tail=None):
-        if tail is not None:   # (staged keys, staged values, T): only the folded kernel that merges them serves it
-            cap = tail[0].shape[-2]
-            if (not staging or type(tail[3]) is not TurboCodec or type(tail[4]) is not TurboCodec or folded is None or mask is not None or tail[0].dtype != q.dtype or tail[1].dtype != q.dtype
-                    or tail[0].shape[-1] != D or tail[1].shape[-1] != Dv or not 0 <= tail[2] <= cap): return None
-            meta, S = _tail_step(n, tail[2], cap, R, G, Hkv, VDP, tkey + (cap,))
-        else: meta, S = _step(n, R, G, Hkv, mask is not None, VDP, mkeys[mask is not None])
-        GX = _AK._blocks_x(S, R, pch) if mma else S
-        grid, SP = (GX * NT, R, 1), GX if bmerge else S
-        if tail is not None:
-            if not _AK._fold_ok(SP, G, VDP, (D, cap)): return None
-            if cap not in tails:
-                kc, vc = tail[3], tail[4]
-                tails[cap] = (_get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits))[0],
-                              [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))])
-            fk, tconst = tails[cap]
-        else: fk = folded if folded is not None and _AK._fold_ok(SP, G, VDP) else None
-        sides, ins = (kp, vp), list(base)
-        qc = mx.contiguous(q) if tail is not None or not kdense else None
+        sides = (kp, vp)
+        if tail is not None:   # (staged keys, staged values, T, key codec, value codec): only the folded kernel that merges them serves it
+            sk, sv, T = tail[0], tail[1], tail[2]
+            cap = sk.shape[-2]
+            if (mask is not None or sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv
+                    or not 0 <= T <= cap): return None
+            t = ttab.get(cap)
+            if t is None or t[0] != n:   # a table per n (while a cache stages n stays and T grows a token a step): one device op
+                row = _meta_row(n, R, G, Hkv, False, VDP)
+                t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1])
+            call = call_of(t[2], cap)
+            if call is False: return None
+            tk = tails.get(cap)
+            if tk is None: tk = tails[cap] = tail_kernel(cap, tail[3], tail[4])
+            if tk is False: return None
+            qc = mx.contiguous(q)
+            ins = tk[1][:]
+            ins[iq] = ins[at_qx] = qc; ins[im] = t[1][T]; ins[at_tk] = sk; ins[at_tv] = sv
+            for i, s_, j in parts_at: ins[i] = sides[s_][j]
+            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+                ins[at_cnt] = cnt[0]
+                _, _, out, cnt[0] = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=call[2], output_dtypes=FODT)
+            return out
+        meta, S = step_meta(n, mask is not None)
+        grid, fk, shapes = call_of(S, 0 if mask is None else -1)
+        ins = list(base)
+        qc = mx.contiguous(q) if not kdense else None
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
                    output_dtypes=[mx.float32])[0] if kdense else qc
         ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
-        for i, s, j in parts_at: ins[i] = sides[s][j]
-        if fk is not None:    # one launch: the decode kernel finishes the attention (and merges the staged tokens)
-            more = [] if tail is None else [qc, tail[0], tail[1], *tconst]
+        for i, s_, j in parts_at: ins[i] = sides[s_][j]
+        if fk is not None:    # one launch: the decode kernel finishes the attention
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra, *more], grid=grid, threadgroup=(NT, 1, 1), template=[('T', q.dtype)],
-                                       output_shapes=[(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)],
-                                       output_dtypes=[mx.float32, mx.float32, q.dtype, mx.int32])
+                _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
             return out
-        o, ml = kernel(inputs=ins, grid=grid, threadgroup=(NT, 1, 1),
-                       output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
+        o, ml = kernel(inputs=ins, grid=grid, threadgroup=TG, output_shapes=shapes, output_dtypes=PODT)
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
-                      output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=[('T', q.dtype)])
+                      output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=TPL)
         return out   # (R, G, Dv) in the kernel's order is (B, Hq, 1, Dv): no reshape to build and submit
     return (B, Hkv, G), run
 
@@ -730,9 +753,10 @@ def _fast_final(queries, keys, values, scale):
     if kc is not keys.codec or vc is not values.codec: return None
     kp, vp = keys.storage, values.storage
     if not kp or not vp or keys.head is not None and keys.head.shape[-2] or values.head is not None and values.head.shape[-2]: return None
-    n = keys.n_quantized
-    if n != values.n_quantized or kp[0].shape[0] != B or kp[0].shape[1] != Hkv or not _fits(n, G): return None
-    if keys.tail is not None and keys.tail.shape[-2] or values.tail is not None and values.tail.shape[-2]:   # tokens after the quantized ones (a staging cache's)
+    n, shp = keys.n_quantized, kp[0].shape
+    if n != values.n_quantized or shp[0] != B or shp[1] != Hkv or not _fits(n, G): return None
+    kt, vt = keys.tail, values.tail
+    if kt is not None and kt.shape[-2] or vt is not None and vt.shape[-2]:   # tokens after the quantized ones (a staging cache's)
         tail = _staged_tail(keys, values)
         return None if tail is None or tail[0].shape[-2] not in caps else run(queries, kp, vp, n, None, tail)
     return run(queries, kp, vp, n) if 0 in caps else None

@@ -282,10 +282,19 @@ _D_METAL = r"""
 
 # %% ../nbs/02_packing.ipynb #c41a3d43
 _GPU_API = []   # the GPU's custom-kernel API, found once per process (the device and MLX_KVQ_FUSED are read at every call)
+_CPU = mx.Device(mx.cpu)
+_ENV_DATA = getattr(os.environ, "_data", None)    # the process environment as os.environ holds it (encoded keys)
+_FUSED_KEY = os.environ.encodekey("MLX_KVQ_FUSED") if _ENV_DATA is not None and hasattr(os.environ, "encodekey") else None
+
+def _fused_off():
+    "Whether MLX_KVQ_FUSED is '0' now (read from os.environ's own mapping: a model step asks twice per layer, and `os.environ.get` costs microseconds)"
+    if _FUSED_KEY is None: return os.environ.get("MLX_KVQ_FUSED", "1") == "0"
+    v = _ENV_DATA.get(_FUSED_KEY)
+    return v is not None and os.environ.decodevalue(v) == "0"
 
 def kernel_backend():
     "'cuda' or 'metal' when the default device is a GPU with that custom-kernel API, else None (set MLX_KVQ_FUSED=0 to force None)"
-    if os.environ.get("MLX_KVQ_FUSED", "1") == "0" or mx.default_device().type != mx.DeviceType.gpu: return None
+    if _fused_off() or mx.default_device() == _CPU: return None
     if not _GPU_API:
         _GPU_API.append("metal" if mx.metal.is_available() and hasattr(mx.fast, "metal_kernel") else
                         "cuda" if mx.cuda.is_available() and hasattr(mx.fast, "cuda_kernel") else None)

@@ -50,12 +50,16 @@ def _stage_size(stage):
                          f"model's dtype before one launch quantizes them together; 0 turns staging off), got {stage!r}")
     return stage
 
+_AT = [(slice(None), slice(None), slice(t, t + 1)) for t in range(64)]     # a staged token's place in the stage, by position
+_UPTO = [(slice(None), slice(None), slice(0, t)) for t in range(65)]        # the first t staged tokens
+
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
 class CodecKVCache(_BaseCache):
     "KV cache storing keys and values with one codec each; exact sink and recent-window tokens"
     step = 256
+    _hot = None   # (keys shape, values shape, dtype, stage, capacity) of the last staged decode step (`_stage_next`)
     stage = 32  # CUDA decode steps (no window, turbo codecs the decode kernel quantizes): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
@@ -72,6 +76,7 @@ class CodecKVCache(_BaseCache):
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
         self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
+        self._hot = None
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
@@ -103,6 +108,13 @@ class CodecKVCache(_BaseCache):
         self.n_quantized = prev + n
 
     def update_and_fetch(self, keys, values):
+        h = self._hot
+        if (h is not None and type(keys) is mx.array and type(values) is mx.array and keys.shape == h[0] and values.shape == h[1]
+                and keys.dtype == h[2] and values.dtype == h[2] and self.stage == h[3]):
+            T = self.tail_keys.shape[-2]
+            if T < h[4]:   # the next decode step of the stage in progress
+                self.offset += 1
+                return self._stage_next(keys, values, T)
         check_update(self, keys, values)
         if self.offset == 0:
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
@@ -154,14 +166,29 @@ class CodecKVCache(_BaseCache):
             B, H = keys.shape[:2]
             self._stage_k = mx.zeros((B, H, cap, keys.shape[-1]), keys.dtype)
             self._stage_v = mx.zeros((B, H, cap, values.shape[-1]), values.dtype)
-        at = (slice(None), slice(None), slice(T, T + 1))
+        out = self._stage_next(keys, values, T)
+        self._hot = (keys.shape, values.shape, keys.dtype, self.stage, cap)
+        return out
+
+    def _stage_next(self, keys, values, T):
+        """The token written after the T staged ones (one token, of the stage's shape and dtype; T below its capacity).
+        `update_and_fetch` comes here straight from a step like the last staged one (`_hot`: same shapes, dtype and
+        `stage`; what `check_update` and the staging conditions accepted then holds for it), so a stage in progress is
+        filled before the cache asks again whether to stage (`_stage_cap`, when it is full)"""
+        at = _AT[T] if T < len(_AT) else (slice(None), slice(None), slice(T, T + 1))
         self._stage_k[at] = keys; self._stage_v[at] = values
-        at = (slice(None), slice(None), slice(0, T + 1))
-        self.tail_keys, self.tail_values = self._stage_k[at], self._stage_v[at]
-        return self._fetch()
+        at = _UPTO[T + 1] if T + 1 < len(_UPTO) else (slice(None), slice(None), slice(0, T + 1))
+        sk, sv = self._stage_k, self._stage_v
+        self.tail_keys, self.tail_values = sk[at], sv[at]
+        n = self.n_quantized
+        ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
+                  CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
+        ks.staged, vs.staged = sk, sv
+        return ks, vs
 
     def _unstage(self):
         "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
+        self._hot = None
         self.tail_keys, self.tail_values = self.tail_keys[..., :0, :], self.tail_values[..., :0, :]
         self._stage_k = self._stage_v = None
 
@@ -188,6 +215,7 @@ class CodecKVCache(_BaseCache):
 
     def trim(self, n):
         n = min(self.offset, check_trim(self, n))
+        self._hot = None
         t = min(n, self._n_tail())
         if t: self.tail_keys, self.tail_values = self.tail_keys[..., :self._n_tail() - t, :], self.tail_values[..., :self._n_tail() - t, :]
         q = min(n - t, self.n_quantized); self.n_quantized -= q

@@ -132,3 +132,14 @@ def test_the_verifying_call_is_answered_by_the_agreeing_kernel():
     with pytest.warns(RuntimeWarning, match='disagrees'):
         assert refused(mx.array([1.0])).item() == 1.0
     assert refused.state['class'] is False and refused(mx.array([1.0])).item() == 1.0
+
+
+def test_mlx_kvq_fused_is_read_at_every_call(monkeypatch):
+    "MLX_KVQ_FUSED=0 turns the kernels off from the next call on (read from os.environ's own mapping, not a copy)"
+    from mlx_kvq import packing as P
+    monkeypatch.setenv("MLX_KVQ_FUSED", "0")
+    assert P._fused_off() and P.kernel_backend() is None
+    monkeypatch.setenv("MLX_KVQ_FUSED", "1")
+    assert not P._fused_off()
+    monkeypatch.delenv("MLX_KVQ_FUSED")
+    assert not P._fused_off()

@@ -162,3 +162,45 @@ def test_a_bad_stage_is_refused_before_the_cache_changes(cuda, bad):
     with pytest.raises(ValueError, match="non-negative integer"):
         a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
     assert a.offset == 10 and a.n_quantized == 10
+
+
+def test_steps_of_a_stage_in_progress_are_checked_as_any_update(cuda):
+    """A decode step like the last staged one takes the short path (`_stage_next`, no `check_update`); any other input
+    goes through every check: a token of another dtype or head dim, or a `stage` changed mid-stage, is refused before
+    the cache changes, and `stage = 0` mid-stage quantizes the staged tokens with the step's own"""
+    from mlx_kvq.contract import CacheContractError
+    a, b = pair(8)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in (10, 11, 12):
+        for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    assert a._hot is not None and a._n_tail() == 3
+    for bad_k, bad_v in ((k[:, :, 13:14].astype(mx.int32), v[:, :, 13:14]), (k[:, :, 13:14, :32], v[:, :, 13:14])):
+        with pytest.raises(CacheContractError):
+            a.update_and_fetch(bad_k, bad_v)
+        assert a.offset == 13 and a._n_tail() == 3 and same_contents(a, b)
+    a.stage = -1
+    with pytest.raises(ValueError, match="non-negative integer"):
+        a.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
+    assert a.offset == 13 and a._n_tail() == 3
+    a.stage = 0
+    ka, _ = a.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14]); b.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
+    assert a.n_quantized == a.offset == 14 and ka.staged is None and a._stage_k is None and a._hot is None
+    assert same_quantized(a, b, 14)
+
+
+def test_a_stage_in_progress_is_filled_before_staging_is_asked_again(cuda, monkeypatch):
+    """The short path does not ask `stage_capacity` / `kernel_backend` at every step: a stage in progress is filled
+    (staged tokens are quantized tokens, so this changes no answer), then quantized, and the next step asks again"""
+    a, b = pair(4)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in (10, 11):
+        for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    monkeypatch.setattr(Q, 'kernel_backend', lambda: None)   # staging no longer offered
+    for t in (12, 13):
+        ka, _ = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        assert ka.staged is not None and a.n_quantized == 10 and same_contents(a, b)
+    ka, _ = a.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15]); b.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15])
+    assert a.n_quantized == a.offset == 15 and ka.staged is None and a._stage_k is None
+    assert same_quantized(a, b, 15)
