@@ -20,7 +20,7 @@ import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at lau
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'side_plan', 'fused_decode_partial',
-           'fused_decode', 'stage_capacity', 'compiled_decode', 'attend']
+           'fused_decode', 'staged_runner', 'stage_capacity', 'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -747,6 +747,11 @@ def _launch_key(queries, keys, values, scale):
 def _fast_final(queries, keys, values, scale):
     """A decode call by its memoized launcher (`_final_launcher`, made once `fused_decode` was verified for its class):
     one query token, no mask or sinks, one quantized segment per side; None when it is not such a call"""
+    got = _served(queries, keys, values, scale)
+    return None if got is None else got[0](queries, *got[1:])
+
+def _served(queries, keys, values, scale):
+    "(run, key storage, value storage, n, staged tail or None) of a call `_fast_final` serves by a launcher, else None"
     got = _LAUNCHERS.get(_launch_key(queries, keys, values, scale))
     if got is None: return None
     kc, vc, (B, Hkv, G), run, caps = got
@@ -758,8 +763,19 @@ def _fast_final(queries, keys, values, scale):
     kt, vt = keys.tail, values.tail
     if kt is not None and kt.shape[-2] or vt is not None and vt.shape[-2]:   # tokens after the quantized ones (a staging cache's)
         tail = _staged_tail(keys, values)
-        return None if tail is None or tail[0].shape[-2] not in caps else run(queries, kp, vp, n, None, tail)
-    return run(queries, kp, vp, n) if 0 in caps else None
+        return None if tail is None or tail[0].shape[-2] not in caps else (run, kp, vp, n, None, tail)
+    return (run, kp, vp, n) if 0 in caps else None
+
+def staged_runner(queries, keys, values, scale):
+    """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: a function
+    (queries, key storage, value storage, n, staged keys, staged values, T) -> output, or None where the launcher
+    cannot take the call, launching as `_fast_final` does without looking the launcher up again (`CodecKVCache.attend`
+    holds it for the rest of a stage: the stored tokens, the sides' codecs and the query's shape stay); else None"""
+    got = _served(queries, keys, values, scale)
+    if got is None or len(got) < 6: return None
+    run, tail = got[0], got[5]
+    kc, vc = tail[3], tail[4]
+    return lambda q, kp, vp, n, sk, sv, T: run(q, kp, vp, n, None, (sk, sv, T, kc, vc))
 
 def _staged_tail(keys, values):
     """(staged keys, staged values, T, key codec, value codec) where both sides' tail is the first T tokens of a cache's

@@ -14,7 +14,7 @@ from .contract import check_update, check_trim, check_codec_state, codecs_from, 
 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
                             CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
-from .attention import attend, stage_capacity   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
+from .attention import attend, stage_capacity, staged_runner   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
 from .packing import kernel_backend
 
 # %% auto #0
@@ -60,6 +60,8 @@ class CodecKVCache(_BaseCache):
     "KV cache storing keys and values with one codec each; exact sink and recent-window tokens"
     step = 256
     _hot = None   # (keys shape, values shape, dtype, stage, capacity) of the last staged decode step (`_stage_next`)
+    _sides = None       # the (keys, values) sides the last staged step returned
+    _stage_run = None   # (query shape, dtype, scale, `attention.staged_runner` or None) for this stage's attention calls
     stage = 32  # CUDA decode steps (no window, turbo codecs the decode kernel quantizes): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
@@ -76,7 +78,7 @@ class CodecKVCache(_BaseCache):
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
         self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
-        self._hot = None
+        self._hot = self._sides = self._stage_run = None
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
@@ -166,6 +168,7 @@ class CodecKVCache(_BaseCache):
             B, H = keys.shape[:2]
             self._stage_k = mx.zeros((B, H, cap, keys.shape[-1]), keys.dtype)
             self._stage_v = mx.zeros((B, H, cap, values.shape[-1]), values.dtype)
+        self._stage_run = None   # asked again on this stage's first attention call
         out = self._stage_next(keys, values, T)
         self._hot = (keys.shape, values.shape, keys.dtype, self.stage, cap)
         return out
@@ -184,11 +187,12 @@ class CodecKVCache(_BaseCache):
         ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
                   CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
         ks.staged, vs.staged = sk, sv
+        self._sides = (ks, vs)
         return ks, vs
 
     def _unstage(self):
         "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
-        self._hot = None
+        self._hot = self._sides = self._stage_run = None
         self.tail_keys, self.tail_values = self.tail_keys[..., :0, :], self.tail_values[..., :0, :]
         self._stage_k = self._stage_v = None
 
@@ -200,8 +204,17 @@ class CodecKVCache(_BaseCache):
         return ks, vs
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
-        "Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache)"
-        return attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+        """Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache). A decode
+        step over this stage's staged tokens launches by the runner its first such step found (`_stage_run`)"""
+        r, sides = self._stage_run, self._sides
+        if (r is not None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]
+                and queries.shape == r[0] and queries.dtype == r[1] and scale == r[2] and r[3] is not None and kernel_backend() == 'cuda'):
+            out = r[3](queries, keys.storage, values.storage, keys.n_quantized, keys.staged, values.staged, keys.tail.shape[-2])
+            if out is not None: return out
+        out = attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+        if r is None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]:
+            self._stage_run = (queries.shape, queries.dtype, scale, staged_runner(queries, keys, values, scale))
+        return out
 
     def dequantized(self, dtype=mx.float32):
         "(keys, values) of every cached token in full precision: for tests and conversions"
@@ -215,7 +228,7 @@ class CodecKVCache(_BaseCache):
 
     def trim(self, n):
         n = min(self.offset, check_trim(self, n))
-        self._hot = None
+        self._hot = self._sides = self._stage_run = None
         t = min(n, self._n_tail())
         if t: self.tail_keys, self.tail_values = self.tail_keys[..., :self._n_tail() - t, :], self.tail_values[..., :self._n_tail() - t, :]
         q = min(n - t, self.n_quantized); self.n_quantized -= q

@@ -459,9 +459,13 @@ def test_staged_decode_steps(monkeypatch):
     for mod in (A, P, Q): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
     for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK', '_STAGE_CAPS'): monkeypatch.setattr(A, nm, {})
     for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH'): monkeypatch.setattr(P, nm, {})
-    served = []
-    orig_fast = A._fast_final
+    served, by_runner = [], []
+    orig_fast, orig_runner = A._fast_final, Q.staged_runner
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
+    def runner(*a):   # the stage's later steps: the launcher's run, held by the cache (`CodecKVCache.attend`)
+        r = orig_runner(*a)
+        return None if r is None else (lambda *b: by_runner.append(r(*b)) or by_runner[-1])
+    monkeypatch.setattr(Q, 'staged_runner', runner)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 8
     cache = TurboQuantKVCache(4, 4); cache.stage = 3
     plain = Q.CodecKVCache(cache.k_codec, cache.v_codec); plain.stage = 0
@@ -476,17 +480,19 @@ def test_staged_decode_steps(monkeypatch):
             T = 0 if t == n0 else (t - n0 - 1) % 3 + 1
             assert cache.n_quantized == t + 1 - T and (T == 0 or k.staged is not None and k.staged.shape[-2] == 3), t
             out = cache.attend(q, k, v, scale=D ** -0.5)
-            n_served = len(served)
+            n_served, n_runner = len(served), len(by_runner)
             pk, pv = plain.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
             ref = plain.attend(q, pk, pv, scale=D ** -0.5)
             err = (mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max() / mx.abs(ref.astype(mx.float32)).max()).item()
             assert out.dtype == mx.float16 and err <= 2e-3, (t, err)
             assert all(mx.array_equal(x, y).item() for x, y in zip(cache.dequantized(), plain.dequantized())), t
-            del served[n_served:]    # (the other cache's calls)
+            del served[n_served:], by_runner[n_runner:]    # (the other cache's calls)
     assert A.stage_capacity(cache.k_codec, cache.v_codec) == 32
     # the first step verified the kernel and registered the launcher (no launcher to ask yet), the second the staged kernel
-    # (the launcher declined: None); the rest by the launcher
-    assert len(served) == steps - 1 and served[0] is None and all(s is not None for s in served[1:])
+    # (the launcher declined: None); the rest by the launcher: a stage's first step looked up (`_fast_final`), its
+    # other two by the run the cache holds for the stage
+    assert served[0] is None and len(served) == 3 and all(s is not None for s in served[1:]), served
+    assert len(by_runner) == 4 and all(r is not None for r in by_runner)
     assert not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
 
 def test_scalars_prefetched_raw(monkeypatch):
