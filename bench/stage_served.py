@@ -42,10 +42,18 @@ def main():
     model = shape_model("llama-3.2-1b", mx.float16); shapes = probe_kv_shapes(model)
     print(f"stage_served: llama-3.2-1b shape, float16, MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     served = Counter(); orig = A._fast_final
+    from mlx_kvq import qcache as Q
+    orig_runner = Q.staged_runner
     def counting(queries, keys, values, scale):
         r = orig(queries, keys, values, scale)
         served[('launcher' if r is not None else 'general') + (' staged' if keys.staged is not None and keys.tail is not None and keys.tail.shape[-2] else '')] += 1
         return r
+    def counting_runner(*a):   # a stage's later steps: the launcher's run that the cache holds for the stage
+        r = orig_runner(*a)
+        def go(*b):
+            out = r(*b); served['stage run' if out is not None else 'stage run declined'] += 1
+            return out
+        return None if r is None else go
     rows = []
     for context in a.context:
         names = ("fp16", "turbo:4 staged") + (() if a.no_stage0 else ("turbo:4 stage 0",))
@@ -57,9 +65,9 @@ def main():
             caches = base.bench_caches(model, base._bench_scheme(kv))
             for i, c in enumerate(caches): base._fill(c, shapes[str(i)][1][:3], context, mx.float16, 7919 * i)
             sets[f"{kv}{' staged' if kv == 'turbo:4' else ''}, baseline {base_rev}"] = caches
-        A._fast_final = counting; served.clear()
+        A._fast_final, Q.staged_runner = counting, counting_runner; served.clear()
         pipelined(model, sets["turbo:4 staged"], a.steps)
-        A._fast_final = orig
+        A._fast_final, Q.staged_runner = orig, orig_runner
         c0 = sets["turbo:4 staged"][0]
         print(json.dumps(dict(context=context, served=dict(served), stage_capacity=A.stage_capacity(c0.k_codec, c0.v_codec),
                               staged_now=c0._n_tail(), n_quantized=c0.n_quantized, offset=c0.offset)), flush=True)
