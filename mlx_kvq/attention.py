@@ -663,7 +663,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
     tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
-    ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), chunks), made when n changes
+    ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), chunks, `call_of` them), made when n changes
+    seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
     mtab = [None, None]   # without / with a mask: (first n, `meta` rows, chunk counts): `_step`'s table, held here
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = fin == 'rot' and _finish_kind(kplan) == 'rot'   # staged tokens: quantized in the kernel (turbo, one Walsh-Hadamard block per side)
@@ -703,14 +704,18 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         sides = (kp, vp)
         if tail is not None:   # (staged keys, staged values, T, key codec, value codec): only the folded kernel that merges them serves it
             sk, sv, T = tail[0], tail[1], tail[2]
-            cap = sk.shape[-2]
-            if (mask is not None or sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv
-                    or not 0 <= T <= cap): return None
+            if mask is not None: return None
+            got = seen[0]
+            if sk is not got[0] or sv is not got[1]:   # staging buffers checked once (a stage's buffers keep their shape and dtype)
+                if sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv or sk.shape[-2] != sv.shape[-2]: return None
+                got = seen[0] = (sk, sv, sk.shape[-2])   # one tuple: a thread reads buffers and capacity together
+            cap = got[2]
+            if not 0 <= T <= cap: return None
             t = ttab.get(cap)
             if t is None or t[0] != n:   # a table per n (while a cache stages n stays and T grows a token a step): one device op
                 row = _meta_row(n, R, G, Hkv, False, VDP)
-                t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1])
-            call = call_of(t[2], cap)
+                t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1], call_of(row[1], cap))
+            call = t[3]
             if call is False: return None
             tk = tails.get(cap)
             if tk is None: tk = tails[cap] = tail_kernel(cap, tail[3], tail[4])
