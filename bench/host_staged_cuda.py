@@ -19,6 +19,7 @@ def _recording(name, input_names, output_names, source, **kw):
     k = _real(name=name, input_names=input_names, output_names=output_names, source=source, **kw)
     def call(**a):
         LAST[name] = (k, a, input_names)
+        if name.startswith('mlx_kvq_decode_') and 'combine' not in name: LAST['decode'] = LAST[name]   # the last decode kernel called
         return k(**a)
     return call
 mx.fast.cuda_kernel = _recording
@@ -67,8 +68,7 @@ def main():
         for i in range(5): sk, sv = tq.update_and_fetch(*toks[i])
         mx.eval(tq.state)
         row(f"turbo:4 attend, {tq._n_tail()} staged tokens (memoized launcher)", *split(lambda i: tq.attend(qs[i % 8], sk, sv, scale=D ** -0.5), a.calls))
-        name = next(nm for nm in LAST if nm.startswith('mlx_kvq_decode_') and 'combine' not in nm)
-        kern, args, names = LAST[name]
+        kern, args, names = LAST['decode']   # the staged kernel `attend` just launched (the logs of 2026-11-29 replayed the first decode kernel made instead: the folded one without staged tokens, 14 inputs)
         row(f"its decode kernel call alone ({len(args['inputs'])} inputs, {len(args['output_shapes'])} outputs)", *split(lambda i: kern(**args)[2], a.calls))
         print(f"| the same call, build only | {per_call(lambda: kern(**args)[2], 400):.1f} | - | - |")
 

@@ -409,28 +409,28 @@ def _meta_row(n, R, G, Hkv, has_mask, VDP):
     CH = _chunk(n, R, G)
     return (n, -(-n // CH), Hkv, CH, int(has_mask), VDP, R * G, G)
 
-def _step_meta(n, R, G, Hkv, has_mask, VDP, key=None):
-    """The `meta` input of a decode call over n tokens: a row (a view: nothing copied) of a table made on the device for
-    META_ROWS consecutive token counts at once. An array made from host values per call is allocated in managed memory
-    on CUDA, which the GPU then reads across the bus; the table is made by a device op once per META_ROWS steps"""
-    return _step(n, R, G, Hkv, has_mask, VDP, key)[0]
-
 def _device_rows(rows):
     "The rows of an int32 table as views of one device array (one op makes it; each row a view, no slice per call)"
     return mx.split(device_constant(rows), len(rows))
 
-def _step(n, R, G, Hkv, has_mask, VDP, key=None):
-    """(`_step_meta`'s row, chunks S) of a decode call over n tokens. The table's rows are split into views once, when it
-    is made (one op), and the chunk counts kept beside them: a step indexes two lists, it builds no slice"""
+def _meta_table(n, R, G, Hkv, has_mask, VDP):
+    """(n, `meta` rows of the META_ROWS token counts from n, their chunk counts) of decode calls: the rows made as one
+    device array and split into views once (one op per META_ROWS steps). A `meta` made from host values per call is
+    allocated in managed memory on CUDA, which the GPU then reads across the bus; a row of the table is a view, and a
+    step indexes two lists, it builds no slice"""
+    rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
+    return n, _device_rows(rows), rows[:, 1].tolist()
+
+def _step(n, R, G, Hkv, has_mask, VDP):
+    "(`meta` row, chunks S) of a decode call over n tokens, from the table of its configuration (`_meta_table`)"
     if not META_ROWS:
         row = _meta_row(n, R, G, Hkv, has_mask, VDP)
         return mx.array(row, dtype=mx.int32), row[1]
-    key = key or (R, G, Hkv, bool(has_mask), VDP, _variant())     # a launcher passes its own (made once)
+    key = (R, G, Hkv, bool(has_mask), VDP, _variant())
     got = _META_TABLES.get(key)
     if got is None or not got[0] <= n < got[0] + META_ROWS:
         if len(_META_TABLES) > 256: _META_TABLES.clear()
-        rows = np.array([_meta_row(m, R, G, Hkv, has_mask, VDP) for m in range(n, n + META_ROWS)], np.int32)
-        got = _META_TABLES[key] = (n, _device_rows(rows), rows[:, 1].tolist())   # one device op per META_ROWS steps
+        got = _META_TABLES[key] = _meta_table(n, R, G, Hkv, has_mask, VDP)
     i = n - got[0]
     return got[1][i], got[2][i]
 
@@ -665,7 +665,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
     ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), chunks, `call_of` them), made when n changes
     seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
-    mtab = [None, None]   # without / with a mask: (first n, `meta` rows, chunk counts): `_step`'s table, held here
+    mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = fin == 'rot' and _finish_kind(kplan) == 'rot'   # staged tokens: quantized in the kernel (turbo, one Walsh-Hadamard block per side)
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
@@ -678,9 +678,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         "(`meta` row, chunks) of a call over n tokens (m: with a mask), from the launcher's own table of META_ROWS token counts"
         if not META_ROWS: return _step(n, R, G, Hkv, m, VDP)
         t = mtab[m]
-        if t is None or not t[0] <= n < t[0] + META_ROWS:
-            rows = np.array([_meta_row(x, R, G, Hkv, m, VDP) for x in range(n, n + META_ROWS)], np.int32)
-            t = mtab[m] = (n, _device_rows(rows), rows[:, 1].tolist())   # one device op per META_ROWS steps
+        if t is None or not t[0] <= n < t[0] + META_ROWS: t = mtab[m] = _meta_table(n, R, G, Hkv, m, VDP)
         return t[1][n - t[0]], t[2][n - t[0]]
     def call_of(S, key):
         "(grid, folded kernel or None, output shapes) of a call of S chunks; key: stage capacity (False where the fold cannot take its staged tokens), 0, or -1 with a mask"
@@ -689,9 +687,9 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             GX = _AK._blocks_x(S, R, pch) if mma else S
             SP = GX if bmerge else S
             fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key) if key > 0 else None)
-            got = calls[(S, key)] = ((GX * NT, R, 1), folded if fold else None,
-                                     [(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)] if fold else [(R, S, G, VDP), (R, S, G, 2)])
-            if key > 0 and not fold: got = calls[(S, key)] = False
+            got = ((GX * NT, R, 1), folded, [(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)]) if fold else \
+                  False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)])
+            calls[(S, key)] = got
         return got
     def tail_kernel(cap, kc, vc):
         "(folded kernel for `cap` staged tokens, its inputs with the constants in place), or False where these codecs cannot stage"
@@ -753,10 +751,10 @@ def _fast_final(queries, keys, values, scale):
     """A decode call by its memoized launcher (`_final_launcher`, made once `fused_decode` was verified for its class):
     one query token, no mask or sinks, one quantized segment per side; None when it is not such a call"""
     got = _served(queries, keys, values, scale)
-    return None if got is None else got[0](queries, *got[1:])
+    return None if got is None else got[0](queries, got[1], got[2], got[3], None, got[4])
 
 def _served(queries, keys, values, scale):
-    "(run, key storage, value storage, n, staged tail or None) of a call `_fast_final` serves by a launcher, else None"
+    "(run, key storage, value storage, n, staged tail or None) of a call `_fast_final` serves by its launcher, else None"
     got = _LAUNCHERS.get(_launch_key(queries, keys, values, scale))
     if got is None: return None
     kc, vc, (B, Hkv, G), run, caps = got
@@ -768,8 +766,8 @@ def _served(queries, keys, values, scale):
     kt, vt = keys.tail, values.tail
     if kt is not None and kt.shape[-2] or vt is not None and vt.shape[-2]:   # tokens after the quantized ones (a staging cache's)
         tail = _staged_tail(keys, values)
-        return None if tail is None or tail[0].shape[-2] not in caps else (run, kp, vp, n, None, tail)
-    return (run, kp, vp, n) if 0 in caps else None
+        return None if tail is None or tail[0].shape[-2] not in caps else (run, kp, vp, n, tail)
+    return (run, kp, vp, n, None) if 0 in caps else None
 
 def staged_runner(queries, keys, values, scale):
     """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: a function
@@ -777,9 +775,8 @@ def staged_runner(queries, keys, values, scale):
     cannot take the call, launching as `_fast_final` does without looking the launcher up again (`CodecKVCache.attend`
     holds it for the rest of a stage: the stored tokens, the sides' codecs and the query's shape stay); else None"""
     got = _served(queries, keys, values, scale)
-    if got is None or len(got) < 6: return None
-    run, tail = got[0], got[5]
-    kc, vc = tail[3], tail[4]
+    if got is None or got[4] is None: return None
+    run, kc, vc = got[0], got[4][3], got[4][4]
     return lambda q, kp, vp, n, sk, sv, T: run(q, kp, vp, n, None, (sk, sv, T, kc, vc))
 
 def _staged_tail(keys, values):
