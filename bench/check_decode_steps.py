@@ -37,7 +37,7 @@ def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
     A._fast_final = lambda *a: served.append(orig(*a)) or served[-1]
     def runner(*a):   # a stage's later steps: the launcher's run that the cache holds for the stage (`CodecKVCache.attend`)
         r = orig_runner(*a)
-        return None if r is None else (lambda *b: served.append(r(*b)) or served[-1])
+        return None if r is None else tuple((lambda *b, f=f: served.append(f(*b)) or served[-1]) for f in r)   # (read, write)
     Q.staged_runner = runner
     try:
         mx.random.seed(seed)

@@ -87,7 +87,8 @@ def decode_inputs(kplan, vplan, qprep):
 def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
     finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file;
-    `tail` = (key dim, stage capacity, key bits, value bits) with `fold`: the variant that quantizes and merges a cache's staged tokens)"""
+    `tail` = (key dim, stage capacity, key bits, value bits[, write]) with `fold`: the variant that quantizes and merges a cache's staged tokens,
+    with `write` the one that also takes the step's token and writes the staging buffers)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
@@ -95,6 +96,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
     if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_INPUTS[3:]]
+    if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('sko', '__half'), ('svo', '__half')]
     if include: src = _P._included(src, [n for n, _ in ins])
     if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin

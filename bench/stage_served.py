@@ -4,11 +4,12 @@ attention calls were served (the memoized launcher with staged tokens, without, 
 staged token counts, and a cProfile of the staged scheme's host build.
 
     python3 bench/stage_served.py [--context 32768 131072] [--rounds 2] [--steps 32] [--out DIR] [--no-stage0]
-                                  [--baseline DIR]
+                                  [--baseline DIR] [--written] [--more SCHEMES]
 
 `--baseline DIR`: DIR holds another version of the package as `mlx_kvq_base` (`bash bench/baseline_package.sh REV DIR`
 makes it from a commit): its turbo:4 caches (staging, as that version does by default) are timed in the same rounds,
-so two versions of the host code compare in one process, on one host, alternating.
+so two versions of the host code compare in one process, on one host, alternating. `--written`: turbo:4 staging with
+each step's token written at update (`CodecKVCache.defer_write` False) timed beside the default (written by the kernel).
 """
 import argparse, cProfile, io, json, pstats, statistics as st, sys, time
 from collections import Counter
@@ -31,6 +32,7 @@ def main():
     p.add_argument("--out", default="/tmp/stage_served")
     p.add_argument("--no-stage0", action="store_true", help="leave out turbo:4 with stage 0")
     p.add_argument("--baseline", help="a folder holding another version of the package as mlx_kvq_base: its turbo:4 timed beside")
+    p.add_argument("--written", action="store_true", help="also turbo:4 staging with the token written at update (defer_write False: two slice updates a step)")
     p.add_argument("--more", nargs="*", default=[], help="more schemes timed as they come (e.g. affine:4), with --baseline that version's too")
     a = p.parse_args()
     base = None
@@ -50,14 +52,17 @@ def main():
         return r
     def counting_runner(*a):   # a stage's later steps: the launcher's run that the cache holds for the stage
         r = orig_runner(*a)
-        def go(*b):
-            out = r(*b); served['stage run' if out is not None else 'stage run declined'] += 1
-            return out
-        return None if r is None else go
+        def go(f, what):
+            def call(*b):
+                out = f(*b); served[what + (' declined' if out is None else '')] += 1
+                return out
+            return call
+        return None if r is None else (go(r[0], 'stage run'), go(r[1], 'stage run, written by the kernel'))
     rows = []
     for context in a.context:
-        names = ("fp16", "turbo:4 staged") + (() if a.no_stage0 else ("turbo:4 stage 0",))
+        names = ("fp16", "turbo:4 staged") + (() if a.no_stage0 else ("turbo:4 stage 0",)) + (("turbo:4 staged, written at update",) if a.written else ())
         sets = {kv: filled(model, "fp16" if kv == "fp16" else "turbo:4", context, mx.float16, shapes)[0] for kv in names}
+        for c in sets.get("turbo:4 staged, written at update", ()): c.defer_write = False
         if not a.no_stage0:
             for c in sets["turbo:4 stage 0"]: c.stage = 0
         for kv in a.more: sets[kv] = filled(model, kv, context, mx.float16, shapes)[0]

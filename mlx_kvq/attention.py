@@ -357,8 +357,9 @@ _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more;
-    with `tail` = (key dim, stage capacity, key bits, value bits) it quantizes and merges a cache's staged tokens too:
-    inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`)"""
+    with `tail` = (key dim, stage capacity, key bits, value bits, write) it quantizes and merges a cache's staged tokens
+    too: inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
+    `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`)"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
@@ -369,6 +370,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), outs + ['out', 'cnext']
+        if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['sko', 'svo']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
@@ -674,6 +676,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     FODT, PODT = [mx.float32, mx.float32, queries.dtype, mx.int32], [mx.float32, mx.float32]
     at_cnt = len(names)   # positions in a staged call's inputs: names, cnt, extra, then `_TAIL_INPUTS`
     at_qx = len(names) + 1 + len(extra); at_tk, at_tv = at_qx + 1, at_qx + 2
+    at_nk = at_qx + len(_TAIL_INPUTS); at_nv = at_nk + 1   # a writing call's step token (after the tail's inputs)
+    FODTW = FODT + [queries.dtype, queries.dtype]
     def step_meta(n, m):
         "(`meta` row, chunks) of a call over n tokens (m: with a mask), from the launcher's own table of META_ROWS token counts"
         if not META_ROWS: return _step(n, R, G, Hkv, m, VDP)
@@ -691,41 +695,51 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                   False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)])
             calls[(S, key)] = got
         return got
-    def tail_kernel(cap, kc, vc):
-        "(folded kernel for `cap` staged tokens, its inputs with the constants in place), or False where these codecs cannot stage"
+    def tail_kernel(cap, kc, vc, w):
+        "(folded kernel for `cap` staged tokens (w: and the step's token, written), its inputs with the constants in place), or False where these codecs cannot stage"
         if not (staging and type(kc) is TurboCodec and type(vc) is TurboCodec and folded is not None): return False
-        consts = [tsc] + [x for c, w in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, w, 'boundaries'), _scaled(c.codebook, w, 'centroids'))]
-        ins = list(base) + [None, *extra, None, None, None, *consts]
+        consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))]
+        ins = list(base) + [None, *extra, None, None, None, *consts] + ([None, None] if w else [])
         ins[imask] = _mask_input(None, B, 0)
-        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits))[0], ins
+        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits, w))[0], ins
+    def staged(q, kp, vp, n, sk, sv, T, kc, vc, nk=None, nv=None):
+        """Output of a call over n stored and the first T staged tokens of the staging buffers sk, sv (codecs kc, vc), or
+        None where the folded kernel cannot take it. With nk, nv (this step's key and value, (B, Hkv, 1, D), not in the
+        buffers yet): the T-th staged token is theirs, and the result is (output, staging keys, staging values after
+        the step), the buffers written by the kernel (`_tail_source`, `WRITE`)"""
+        got = seen[0]
+        if sk is not got[0] or sv is not got[1]:   # staging buffers checked once (a stage's buffers keep their shape and dtype)
+            if sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv or sk.shape[-2] != sv.shape[-2] or sk.shape[:2] != (B, Hkv) or sv.shape[:2] != (B, Hkv): return None
+            got = seen[0] = (sk, sv, sk.shape[-2])   # one tuple: a thread reads buffers and capacity together
+        cap = got[2]
+        if not 0 <= T <= cap: return None
+        w = nk is not None
+        if w and not (T >= 1 and nk.dtype == q.dtype and nv.dtype == q.dtype and nk.shape == (B, Hkv, 1, D) and nv.shape == (B, Hkv, 1, Dv)): return None
+        t = ttab.get(cap)
+        if t is None or t[0] != n:   # a table per n (while a cache stages n stays and T grows a token a step): one device op
+            row = _meta_row(n, R, G, Hkv, False, VDP)
+            call = call_of(row[1], cap)
+            t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1], call,
+                             call and call[2] + [(B, Hkv, cap, D), (B, Hkv, cap, Dv)])
+        call = t[3]
+        if call is False: return None
+        tk = tails.get((cap, w))
+        if tk is None: tk = tails[(cap, w)] = tail_kernel(cap, kc, vc, w)
+        if tk is False: return None
+        qc = mx.contiguous(q)
+        ins = tk[1][:]
+        ins[iq] = ins[at_qx] = qc; ins[im] = t[1][T]; ins[at_tk] = sk; ins[at_tv] = sv
+        for i, s_, j in parts_at: ins[i] = (kp, vp)[s_][j]
+        if w: ins[at_nk] = nk; ins[at_nv] = nv
+        with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+            ins[at_cnt] = cnt[0]
+            res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[4] if w else call[2], output_dtypes=FODTW if w else FODT)
+            cnt[0] = res[3]
+        return (res[2], res[4], res[5]) if w else res[2]
     def run(q, kp, vp, n, mask=None, tail=None):
         sides = (kp, vp)
         if tail is not None:   # (staged keys, staged values, T, key codec, value codec): only the folded kernel that merges them serves it
-            sk, sv, T = tail[0], tail[1], tail[2]
-            if mask is not None: return None
-            got = seen[0]
-            if sk is not got[0] or sv is not got[1]:   # staging buffers checked once (a stage's buffers keep their shape and dtype)
-                if sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv or sk.shape[-2] != sv.shape[-2]: return None
-                got = seen[0] = (sk, sv, sk.shape[-2])   # one tuple: a thread reads buffers and capacity together
-            cap = got[2]
-            if not 0 <= T <= cap: return None
-            t = ttab.get(cap)
-            if t is None or t[0] != n:   # a table per n (while a cache stages n stays and T grows a token a step): one device op
-                row = _meta_row(n, R, G, Hkv, False, VDP)
-                t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1], call_of(row[1], cap))
-            call = t[3]
-            if call is False: return None
-            tk = tails.get(cap)
-            if tk is None: tk = tails[cap] = tail_kernel(cap, tail[3], tail[4])
-            if tk is False: return None
-            qc = mx.contiguous(q)
-            ins = tk[1][:]
-            ins[iq] = ins[at_qx] = qc; ins[im] = t[1][T]; ins[at_tk] = sk; ins[at_tv] = sv
-            for i, s_, j in parts_at: ins[i] = sides[s_][j]
-            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                ins[at_cnt] = cnt[0]
-                _, _, out, cnt[0] = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=call[2], output_dtypes=FODT)
-            return out
+            return None if mask is not None else staged(q, kp, vp, n, *tail)
         meta, S = step_meta(n, mask is not None)
         grid, fk, shapes = call_of(S, 0 if mask is None else -1)
         ins = list(base)
@@ -742,6 +756,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=TPL)
         return out   # (R, G, Dv) in the kernel's order is (B, Hq, 1, Dv): no reshape to build and submit
+    run.staged = staged
     return (B, Hkv, G), run
 
 def _launch_key(queries, keys, values, scale):
@@ -770,14 +785,18 @@ def _served(queries, keys, values, scale):
     return (run, kp, vp, n, None) if 0 in caps else None
 
 def staged_runner(queries, keys, values, scale):
-    """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: a function
-    (queries, key storage, value storage, n, staged keys, staged values, T) -> output, or None where the launcher
-    cannot take the call, launching as `_fast_final` does without looking the launcher up again (`CodecKVCache.attend`
-    holds it for the rest of a stage: the stored tokens, the sides' codecs and the query's shape stay); else None"""
+    """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: (read, write), launching as
+    `_fast_final` does without looking the launcher up again (`CodecKVCache.attend` holds them for the rest of a stage:
+    the stored tokens, the sides' codecs and the query's shape stay); else None.
+    read(queries, key storage, value storage, n, staged keys, staged values, T) -> output over the first T staged tokens;
+    write(..., T, key, value) -> (output, staged keys, staged values): the T-th staged token is this step's key and value,
+    which the kernel writes into the buffers it returns (the cache's update then makes no op); both None where the
+    launcher cannot take the call"""
     got = _served(queries, keys, values, scale)
     if got is None or got[4] is None: return None
-    run, kc, vc = got[0], got[4][3], got[4][4]
-    return lambda q, kp, vp, n, sk, sv, T: run(q, kp, vp, n, None, (sk, sv, T, kc, vc))
+    st, kc, vc = got[0].staged, got[4][3], got[4][4]
+    return (lambda q, kp, vp, n, sk, sv, T: st(q, kp, vp, n, sk, sv, T, kc, vc),
+            lambda q, kp, vp, n, sk, sv, T, nk, nv: st(q, kp, vp, n, sk, sv, T, kc, vc, nk, nv))
 
 def _staged_tail(keys, values):
     """(staged keys, staged values, T, key codec, value codec) where both sides' tail is the first T tokens of a cache's

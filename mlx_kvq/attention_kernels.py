@@ -261,7 +261,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
     throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`), with
-    `tail` = (key dim, stage capacity, key bits, value bits) merging a cache's staged tokens too (`_tail_source`)"""
+    `tail` = (key dim, stage capacity, key bits, value bits, write) merging a cache's staged tokens too (`_tail_source`)"""
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
@@ -541,7 +541,7 @@ def _fold_ok(S, G, VDP, tail=None):
     staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
     return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
-def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
+def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; turbo codecs with one Walsh-Hadamard
     block per side, the 'rot' finish), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
@@ -557,7 +557,10 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
     (thread per head and coordinate), xs = tm[2g] xs + tm[2g + 1] sum_t w_t n_t cev[code], which the finish's inverse
     rotation takes as it takes the quantized part alone. No staged token (meta[8] = 0): coefficients 1 and 0. Shared
     memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms, then
-    CAP x (D + Dv) one-byte codes."""
+    CAP x (D + Dv) one-byte codes. `WRITE`: the step's own token is not in the staging buffers yet (inputs `nk`, `nv`:
+    (B, Hkv, 1, D), read by their strides); the kernel writes the buffers as they are after the step (outputs `sko`,
+    `svo`: the held tokens, the step's token at meta[8] - 1, the rest copied as it was) and quantizes the staged tokens
+    from them: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     def quant(E, N, BITS, x, signs, bnd, codes, norm):   # one staged row of one side: the quantize kernel's arithmetic
         return f"""                constexpr int E = {E}, N = {N}, BITS = {BITS};
                 const T* const xr = {x};
@@ -569,10 +572,25 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
                 }}
                 if (lane == 0) {norm} = __half2float(__float2half_rn(nrm));   // as the cache stores it (float16) and the kernel reads it
 """
+    src_k, src_v = ("sko", "svo") if WRITE else ("tk", "tv")
+    write = f"""        {{   // the staging buffers after this step: the held tokens, this step's (nk, nv, by their strides) at TT - 1
+            const int wb = r / meta[2], wh = r - wb * meta[2];
+            const long nko = wb * nk_strides[0] + wh * nk_strides[1], nvo = wb * nv_strides[0] + wh * nv_strides[1];
+            for (int i = tid; i < TC * TD; i += {NT}) {{
+                const int t = i / TD;
+                sko[(long)r * TC * TD + i] = t == TT - 1 ? nk[nko + (i - t * TD) * nk_strides[3]] : tk[(long)r * TC * TD + i];
+            }}
+            for (int i = tid; i < TC * TV; i += {NT}) {{
+                const int t = i / TV;
+                svo[(long)r * TC * TV + i] = t == TT - 1 ? nv[nvo + (i - t * TV) * nv_strides[3]] : tv[(long)r * TC * TV + i];
+            }}
+        }}
+        KVQ_SYNC();
+""" if WRITE else ""
     return f"""        // ---- staged tokens: meta[8] of them, quantized here as the cache will store them, merged by log-sum-exp
         constexpr int TD = {D}, TC = {CAP}, TV = {Dv};
         const int TT = meta[8];
-        float* const tw = xs + G * VDP;          // G x TC scores, then weights e^(s - m)
+{write}        float* const tw = xs + G * VDP;          // G x TC scores, then weights e^(s - m)
         float* const tm = tw + G * TC;           // G x 2 merge coefficients
         float* const tq = tm + 2 * G;            // G x TD rotated queries, scaled
         float* const tn = tq + G * TD;           // TC key norms, TC value norms
@@ -587,9 +605,9 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS):
 {_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
             }} else if (task < G + TT) {{         // staged key t
                 const int t = task - G;
-{quant(D // 32, D, KBITS, "tk + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
+{quant(D // 32, D, KBITS, src_k + " + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
                 const int t = task - G - TT;
-{quant(Dv // 32, Dv, VBITS, "tv + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
+{quant(Dv // 32, Dv, VBITS, src_v + " + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
         }}
         KVQ_SYNC();
         for (int i = tid; i < G * TT; i += {NT}) {{
@@ -636,7 +654,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
     output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
     run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key dim,
-    stage capacity, key bits, value bits): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
+    stage capacity, key bits, value bits, write): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
 #ifndef KVQ_GX

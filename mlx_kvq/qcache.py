@@ -55,17 +55,42 @@ _UPTO = [(slice(None), slice(None), slice(0, t)) for t in range(65)]        # th
 
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
+_LAZY = object()     # a staged tail not sliced from the staging buffers yet (`CodecKVCache.tail_keys`)
+
+class _DeferredSide(CachedSide):
+    """A side of a staged decode step whose token the decode kernel writes (`CodecKVCache._defer`): its staging buffer
+    (`staged`) and `tail` (the buffer's first T tokens) are those after the write. Read before the kernel ran (another
+    attention path, a file, a trim), they write the token first (`CodecKVCache._settle`), so every reader sees what
+    a cache that writes at update time holds"""
+    def __init__(self, cache, codec, head, parts, n, T):
+        self.codec, self.head, self.storage, self._n, self._parts = codec, head, parts, n, None
+        self._cache, self._T, self._buf, self._tail = cache, T, None, None
+    @property
+    def staged(self):
+        if self._buf is None: self._cache._settle()
+        return self._buf
+    @property
+    def tail(self):
+        t = self._tail
+        if t is None: t = self._tail = self.staged[_UPTO[self._T] if self._T < len(_UPTO) else (slice(None), slice(None), slice(0, self._T))]
+        return t
+
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
 class CodecKVCache(_BaseCache):
     "KV cache storing keys and values with one codec each; exact sink and recent-window tokens"
     step = 256
     _hot = None   # (keys shape, values shape, dtype, stage, capacity) of the last staged decode step (`_stage_next`)
     _sides = None       # the (keys, values) sides the last staged step returned
-    _stage_run = None   # (query shape, dtype, scale, `attention.staged_runner` or None) for this stage's attention calls
+    _stage_run = None   # (query shape, dtype, scale, `attention.staged_runner`'s read and write, or None, None) for this stage's attention calls
+    defer_write = True  # a staged decode step leaves its token for the decode kernel to write (`_defer`; False: two slice updates a step, as before 2026-11-29)
+    _pend = None        # (keys, values, T): a staged step's token the decode kernel writes (`_defer`); `_settle` writes it if anything else reads first
+    _tk = _tv = None    # the exact / staged tail (`tail_keys`, `tail_values`); _LAZY: the first `_nst` tokens of the staging buffers
+    _nst = 0
     stage = 32  # CUDA decode steps (no window, turbo codecs the decode kernel quantizes): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
                  quantized_kv_start: int = 0):
+        if self._pend is not None: self._settle()   # (a loaded state replacing a cache mid-step: the sides it returned stay whole)
         for nm, v in (('sink', sink), ('window', window), ('quantized_kv_start', quantized_kv_start)):
             if int(v) != v or v < 0: raise ValueError(f"{nm} must be a non-negative integer, got {v!r}")
         if not isinstance(k_codec, Codec) or not isinstance(v_codec, Codec):
@@ -78,11 +103,35 @@ class CodecKVCache(_BaseCache):
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
         self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
-        self._hot = self._sides = self._stage_run = None
+        self._hot = self._sides = self._stage_run = self._pend = None
+
+    @property
+    def tail_keys(self):
+        if self._pend is not None: self._settle()
+        if self._tk is _LAZY: self._untail()
+        return self._tk
+    @tail_keys.setter
+    def tail_keys(self, x): self._tk = x
+    @property
+    def tail_values(self):
+        if self._pend is not None: self._settle()
+        if self._tv is _LAZY: self._untail()
+        return self._tv
+    @tail_values.setter
+    def tail_values(self, x): self._tv = x
+
+    def _untail(self):
+        "The staged tail sliced from the staging buffers (made when first read: a decode step that defers its write makes no slice)"
+        at = _UPTO[self._nst] if self._nst < len(_UPTO) else (slice(None), slice(None), slice(0, self._nst))
+        if self._tk is _LAZY: self._tk = self._stage_k[at]
+        if self._tv is _LAZY: self._tv = self._stage_v[at]
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
-    def _n_tail(self): return 0 if self.tail_keys is None else self.tail_keys.shape[-2]
+    def _n_tail(self):
+        if self._pend is not None: self._settle()
+        tk = self._tk
+        return self._nst if tk is _LAZY else 0 if tk is None else tk.shape[-2]
 
     def _append_quantized(self, keys, values):
         n, prev = keys.shape[-2], self.n_quantized
@@ -110,12 +159,16 @@ class CodecKVCache(_BaseCache):
         self.n_quantized = prev + n
 
     def update_and_fetch(self, keys, values):
+        if self._pend is not None: self._settle()   # (the last step's token, if no decode kernel wrote it)
         h = self._hot
         if (h is not None and type(keys) is mx.array and type(values) is mx.array and keys.shape == h[0] and values.shape == h[1]
                 and keys.dtype == h[2] and values.dtype == h[2] and self.stage == h[3]):
-            T = self.tail_keys.shape[-2]
+            tk = self._tk
+            T = self._nst if tk is _LAZY else tk.shape[-2]
             if T < h[4]:   # the next decode step of the stage in progress
                 self.offset += 1
+                r = self._stage_run
+                if r is not None and r[4] is not None and self.defer_write: return self._defer(keys, values, T)
                 return self._stage_next(keys, values, T)
         check_update(self, keys, values)
         if self.offset == 0:
@@ -190,6 +243,34 @@ class CodecKVCache(_BaseCache):
         self._sides = (ks, vs)
         return ks, vs
 
+    def _defer(self, keys, values, T):
+        """A staged decode step (as `_stage_next`) whose token the decode kernel writes: this stage's attention calls
+        launch by a held run (`_stage_run`) whose kernel takes the step's key and value, attends them as the T-th staged
+        token and returns the staging buffers with them written (`attend`); the update makes no op. Until then the token
+        is pending (`_pend`): anything that reads the cache or these sides otherwise writes it first (`_settle`)"""
+        self._pend = (keys, values, T)
+        n = self.n_quantized
+        ks, vs = (_DeferredSide(self, self.k_codec, self.sink_keys, self.keys if n else None, n, T + 1),
+                  _DeferredSide(self, self.v_codec, self.sink_values, self.values if n else None, n, T + 1))
+        self._sides = (ks, vs)
+        return ks, vs
+
+    def _settle(self):
+        "Write the pending token (`_defer`) to the staging buffers as `_stage_next` would have: two slice updates"
+        p = self._pend
+        if p is None: return
+        self._pend = None
+        k, v, T = p
+        at = _AT[T] if T < len(_AT) else (slice(None), slice(None), slice(T, T + 1))
+        self._stage_k[at] = k; self._stage_v[at] = v
+        self._staged(T + 1)
+
+    def _staged(self, T):
+        "The staging buffers now hold T tokens (the tail, sliced when read), and so do the deferred sides of this step"
+        self._tk = self._tv = _LAZY; self._nst = T
+        s = self._sides
+        if s is not None and type(s[0]) is _DeferredSide: s[0]._buf, s[1]._buf = self._stage_k, self._stage_v
+
     def _unstage(self):
         "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
         self._hot = self._sides = self._stage_run = None
@@ -197,6 +278,7 @@ class CodecKVCache(_BaseCache):
         self._stage_k = self._stage_v = None
 
     def _fetch(self):
+        if self._pend is not None: self._settle()
         n = self.n_quantized
         ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
                   CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
@@ -206,14 +288,24 @@ class CodecKVCache(_BaseCache):
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
         """Attention over what `update_and_fetch` returned (installed as mlx-lm's attention for this cache). A decode
         step over this stage's staged tokens launches by the runner its first such step found (`_stage_run`)"""
-        r, sides = self._stage_run, self._sides
+        r, sides, p = self._stage_run, self._sides, self._pend
+        if p is not None:   # a deferred step: its kernel writes the token (`_defer`), or it is written here first
+            if (mask is None and sinks is None and keys is sides[0] and values is sides[1] and queries.shape == r[0]
+                    and queries.dtype == r[1] and scale == r[2] and kernel_backend() == 'cuda'):
+                got = r[4](queries, keys.storage, values.storage, keys.n_quantized, self._stage_k, self._stage_v, p[2] + 1, p[0], p[1])
+                if got is not None:
+                    self._pend = None
+                    out, self._stage_k, self._stage_v = got
+                    self._staged(p[2] + 1)
+                    return out
+            self._settle()
         if (r is not None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]
                 and queries.shape == r[0] and queries.dtype == r[1] and scale == r[2] and r[3] is not None and kernel_backend() == 'cuda'):
             out = r[3](queries, keys.storage, values.storage, keys.n_quantized, keys.staged, values.staged, keys.tail.shape[-2])
             if out is not None: return out
         out = attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
         if r is None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]:
-            self._stage_run = (queries.shape, queries.dtype, scale, staged_runner(queries, keys, values, scale))
+            self._stage_run = (queries.shape, queries.dtype, scale, *(staged_runner(queries, keys, values, scale) or (None, None)))
         return out
 
     def dequantized(self, dtype=mx.float32):
@@ -227,6 +319,7 @@ class CodecKVCache(_BaseCache):
     def is_trimmable(self): return True
 
     def trim(self, n):
+        if self._pend is not None: self._settle()
         n = min(self.offset, check_trim(self, n))
         self._hot = self._sides = self._stage_run = None
         t = min(n, self._n_tail())

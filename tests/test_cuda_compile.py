@@ -42,13 +42,14 @@ STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('
 def test_staged_kernel_compiles(case, mma, monkeypatch):
     """The folded kernel that also quantizes and merges a cache's staged tokens (`CodecKVCache.stage`; `_tail_source`:
     turbo codecs, the 'rot' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
-    capacity `attention.stage_capacity` gives these shapes"""
+    capacity `attention.stage_capacity` gives these shapes; and its writing variant (the step's own token in)"""
     monkeypatch.setattr(AK, 'MMA', mma)
     _, kc, vc, G, D, cap = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
     assert AK._fold_ok(AK.FOLD, G, D, (D, cap)) and not AK._fold_ok(AK.FOLD, G, D, (D, 2 * cap))
-    (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, kc.bits, vc.bits))
-    assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+    for write in (False, True):   # (write: the step's token taken by its strides, the staging buffers written: `CodecKVCache._defer`)
+        (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, kc.bits, vc.bits, write))
+        assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
 def test_staged_tokens_need_the_rot_finish():
     "Only the 'rot' finish merges staged tokens (the decode kernel quantizes turbo codes only): another is refused"

@@ -424,15 +424,19 @@ def test_staged_tokens_merged_by_the_fold(case):
         assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
     err = E.check_staged(kc, vc, B, Hkv, G, D, n, cap // 2 + 1, cap, dtype=mx.float32, stored=True)
     assert err is not None and err <= 2e-6, (name, err)
+    for T in (1, cap):   # the writing call: the step's token attended as the T-th and written into the buffers it returns
+        err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, cap, write=True)
+        assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, 'write', T, err)
 
 def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     """The staged checks fail when the kernel drops the staged tokens' sums from the merge, weighs every staged token by
     the first one's codes, or keeps the staged norms in float32 (the storage holds them in float16: only the check
-    against the stored tokens sees that)"""
+    against the stored tokens sees that); and, for the writing call, when it writes another head's token into the
+    buffers, or quantizes the staged keys from the buffers it was given (without the step's token)"""
     _, kc, vc, B, Hkv, G, D, n, cap = STAGED[0]
     orig = AK._tail_source
     def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
-        assert old in orig(128, 128, 128, 8, 4, 4), old
+        assert old in orig(128, 128, 128, 8, 4, 4) + orig(128, 128, 128, 8, 4, 4, True), old
         monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
     wrong('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
@@ -440,6 +444,11 @@ def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
     wrong('__half2float(__float2half_rn(nrm))', 'nrm')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) > 2e-5
+    # the writing call: the step's token read from another head's row, or quantized from the buffers given (without it)
+    wrong('const long nko = wb * nk_strides[0] + wh * nk_strides[1]', 'const long nko = wb * nk_strides[0]')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) == float('inf')
+    wrong('const T* const xr = sko + ', 'const T* const xr = tk + ')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) > 1e-2
 
 def test_staged_decode_steps(monkeypatch):
     """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4, float16) beside a cache
@@ -464,7 +473,7 @@ def test_staged_decode_steps(monkeypatch):
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     def runner(*a):   # the stage's later steps: the launcher's run, held by the cache (`CodecKVCache.attend`)
         r = orig_runner(*a)
-        return None if r is None else (lambda *b: by_runner.append(r(*b)) or by_runner[-1])
+        return None if r is None else tuple((lambda *b, f=f: by_runner.append((i, f(*b))) or by_runner[-1][1]) for i, f in enumerate(r))
     monkeypatch.setattr(Q, 'staged_runner', runner)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 8
     cache = TurboQuantKVCache(4, 4); cache.stage = 3
@@ -478,8 +487,9 @@ def test_staged_decode_steps(monkeypatch):
             q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
             k, v = cache.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
             T = 0 if t == n0 else (t - n0 - 1) % 3 + 1
-            assert cache.n_quantized == t + 1 - T and (T == 0 or k.staged is not None and k.staged.shape[-2] == 3), t
+            assert cache.n_quantized == t + 1 - T, t
             out = cache.attend(q, k, v, scale=D ** -0.5)
+            assert T == 0 or k.staged is not None and k.staged.shape[-2] == 3 and k.tail.shape[-2] == T, t   # (read after the step's kernel ran)
             n_served, n_runner = len(served), len(by_runner)
             pk, pv = plain.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
             ref = plain.attend(q, pk, pv, scale=D ** -0.5)
@@ -492,7 +502,8 @@ def test_staged_decode_steps(monkeypatch):
     # (the launcher declined: None); the rest by the launcher: a stage's first step looked up (`_fast_final`), its
     # other two by the run the cache holds for the stage
     assert served[0] is None and len(served) == 3 and all(s is not None for s in served[1:]), served
-    assert len(by_runner) == 4 and all(r is not None for r in by_runner)
+    # ... by its write (the kernel writes the step's token: `CodecKVCache._defer`), never by its read
+    assert [i for i, _ in by_runner] == [1] * 4 and all(r is not None for _, r in by_runner), by_runner
     assert not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
 
 def test_scalars_prefetched_raw(monkeypatch):

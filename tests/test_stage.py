@@ -204,3 +204,69 @@ def test_a_stage_in_progress_is_filled_before_staging_is_asked_again(cuda, monke
     ka, _ = a.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15]); b.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15])
     assert a.n_quantized == a.offset == 15 and ka.staged is None and a._stage_k is None
     assert same_quantized(a, b, 15)
+
+
+@pytest.fixture
+def writer(cuda, monkeypatch):
+    """A stage's held run as `attention.staged_runner` gives it on CUDA, stood in by MLX ops here: `write` returns the
+    reference attention over the stored tokens and the staging buffers with the step's token put at T - 1, and those
+    buffers (what the folded kernel's writing call returns); the calls are counted"""
+    from mlx_kvq.codecs import CachedSide, codec_attention
+    calls = []
+    def runner(queries, keys, values, scale):
+        kc, vc = keys.codec, values.codec
+        def attend(q, kp, vp, n, sk, sv, T):
+            ks, vs = (CachedSide(c, None, p if n else None, s[:, :, :T], n=n) for c, p, s in ((kc, kp, sk), (vc, vp, sv)))
+            ks.staged, vs.staged = sk, sv
+            return codec_attention(q, ks, vs, scale=scale)
+        def read(*a):
+            calls.append('read'); return attend(*a)
+        def write(q, kp, vp, n, sk, sv, T, nk, nv):
+            calls.append('write')
+            sk, sv = (mx.concatenate([s[:, :, :T - 1], x, s[:, :, T:]], axis=2) for s, x in ((sk, nk), (sv, nv)))
+            return attend(q, kp, vp, n, sk, sv, T), sk, sv
+        return read, write
+    monkeypatch.setattr(Q, 'staged_runner', runner)
+    return calls
+
+
+def test_deferred_writes(writer, tmp_path):
+    """Once a stage's first attention call found its held run, a staged step's update makes no op and leaves its token
+    pending (`_defer`); the decode kernel's writing call attends it and returns the buffers with it written. Anything
+    else that reads the cache or the step's sides first writes the pending token as the cache would have (`_settle`):
+    reading the sides, a step without attention, a masked call, `trim`, `state`. Through all of it the outputs are
+    those of the cache that quantizes every token, and both hold the same tokens bit for bit"""
+    from mlx_kvq.codecs import codec_attention
+    a, b = pair(6)
+    k, v = tokens(40)
+    q = mx.random.normal((B, 2 * H, 1, D))
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    def step(t, how='attend'):
+        ka, va = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); kb, vb = b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        pending = a._pend is not None
+        if how == 'read': assert ka.tail.shape[-2] == a._n_tail() and a._pend is None
+        if how in ('attend', 'read', 'mask'):
+            mask = None if how != 'mask' else mx.ones((1, 1, 1, t + 1), dtype=mx.bool_)
+            out = a.attend(q, ka, va, scale=D ** -0.5, mask=mask)
+            ref = codec_attention(q, kb, vb, scale=D ** -0.5, mask=mask)
+            assert mx.allclose(out, ref, atol=1e-5).item(), (t, how)
+        if how != 'none': assert a._pend is None and same_contents(a, b), (t, how)
+        return pending
+    # the stage's first step (no held run yet), then deferred steps written by the kernel's call
+    assert [step(t) for t in range(10, 14)] == [False, True, True, True] and writer == ['write'] * 3
+    assert step(14, 'read') and writer[-1] == 'read'       # sides read first: written, then the held run's read
+    assert step(15, 'none') and a._pend is not None        # no attention this step: the next update writes it
+    assert step(16) is False                               # (the stage was full: quantized, a new stage begins)
+    assert step(17) and step(18, 'mask')                   # a masked call takes the general path, written first
+    assert step(19) and writer[-1] == 'write'
+    assert step(20, 'none') and a._pend is not None and a.trim(2) == 2 and a._pend is None and b.trim(2) == 2 and same_contents(a, b)
+    assert a.offset == b.offset == 19
+    assert step(19) is False and step(20) and writer[-1] == 'write'   # after a trim, the stage's run is found again
+    assert step(21, 'none') and a._pend is not None
+    f = str(tmp_path / 'c.safetensors')
+    save_prompt_cache(f, [a])                               # the pending token is in the file, quantized
+    assert a._pend is None
+    (c,) = load_prompt_cache(f)
+    assert c.offset == b.offset == 22 and same_contents(c, b)
+    assert step(22) is False and step(23) and writer.count('write') == 7
+    assert same_quantized(a, b, a.n_quantized)
