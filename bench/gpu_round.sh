@@ -52,6 +52,7 @@
 #       stageserved (bench/stage_served.py: whole model, fp16 / turbo:4 staging / turbo:4 stage 0 in one process, how staged calls were served, a cProfile)
 #       defer  (a staged step's token written by the decode kernel, CodecKVCache.defer_write: check_staged_cuda, then turbo:4 decode steps through the caches)
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
+#       nsys   (bench/nsys_decode.sh: whole-model decode under Nsight Systems, fp16 / turbo:4 / affine:4 at $CTX (32768): GPU busy time and kernels per step)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
 #       hoststaged (bench/host_staged_cuda.py: a staged turbo:4 layer's update and attend against fp16's, and the decode kernel's own call replayed: about 1 min)
 #       hostinputs (bench/host_inputs_cuda.py: an empty custom kernel's host cost by its number of inputs, a contiguous, a slice update, a slice: about 1 min)
@@ -192,6 +193,7 @@ case $part in
   defer) timeout 200 python3 bench/check_staged_cuda.py --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
+  nsys)  bash bench/nsys_decode.sh "$O" ${CTX:-32768} fp16 turbo:4 affine:4 ;;
   hoststaged) timeout 300 python3 bench/host_staged_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" ;;
   hostinputs) timeout 300 python3 bench/host_inputs_cuda.py --rounds 3 > "$O/run.log" 2>&1; cat "$O/run.log" ;;
   stageserved) timeout 500 python3 bench/stage_served.py --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
