@@ -1,4 +1,4 @@
-"""Staged decode tokens (`CodecKVCache.stage`) on the GPU, step by step: a staging cache beside one that quantizes every
+"""Staged decode tokens (`CodecKVCache.stage`; turbo and affine codecs) on the GPU, step by step: a staging cache beside one that quantizes every
 step's token (stage 0), fed the same tokens and queries through `attend` (the folded kernel that quantizes the staged
 tokens itself, `attention_kernels._tail_source`, once verified). What must hold: both caches hold the same codes at
 every step (`dequantized` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
@@ -18,6 +18,7 @@ import mlx.core as mx
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import attention as A
 from mlx_kvq.codecs import codec_attention
+from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -28,8 +29,10 @@ def rel(a, b):
 
 
 def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
+    "kbits / vbits: turbo bits, or an affine codec"
     mx.random.seed(0)
-    kc, vc = TurboCodec(kbits), TurboCodec(vbits, seed=1)
+    kc = kbits if isinstance(kbits, AffineCodec) else TurboCodec(kbits)
+    vc = vbits if isinstance(vbits, AffineCodec) else TurboCodec(vbits, seed=1)
     w = CodecKVCache(kc, vc); w.stage = 0   # the quantize kernels verified first: a first use returns the reference's codes
     w.update_and_fetch(*(mx.random.normal((B, Hkv, 2, D)).astype(dtype),) * 2); w.update_and_fetch(*(mx.random.normal((B, Hkv, 1, D)).astype(dtype),) * 2)
     c, p = CodecKVCache(kc, vc), CodecKVCache(kc, vc); c.stage, p.stage = stage, 0
@@ -56,14 +59,17 @@ def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
 
 
 def main():
-    p = argparse.ArgumentParser(); p.add_argument("--out", default=None); a = p.parse_args()
+    p = argparse.ArgumentParser(); p.add_argument("--out", default=None)
+    p.add_argument("--cases", default="", help="only the cases whose name holds this text (e.g. affine)"); a = p.parse_args()
     print(f"check_staged_cuda: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     rows = []
+    cases = [('turbo:4 d128', 4, 4, 1, 8, 4, 128, 5000), ('turbo:4 d64 B2', 4, 4, 2, 8, 4, 64, 3000),
+             ('turbo:3/4 d128 G8', 3, 4, 1, 4, 8, 128, 4000), ('turbo:4 d256 (Gemma)', 4, 4, 1, 1, 4, 256, 3000),
+             ('affine:4 d128', AffineCodec(4), AffineCodec(4), 1, 8, 4, 128, 5000), ('affine:8,4 d64 B2', AffineCodec(8), AffineCodec(4), 2, 8, 4, 64, 3000),
+             ('affine:3 g32 / affine:6 g128 d256', AffineCodec(3, 32), AffineCodec(6, 128), 1, 1, 4, 256, 3000)]
     for dt in (mx.float32, mx.float16, mx.bfloat16):
-        rows += case('turbo:4 d128', 4, 4, 1, 8, 4, 128, 5000, dt)
-        rows += case('turbo:4 d64 B2', 4, 4, 2, 8, 4, 64, 3000, dt)
-        rows += case('turbo:3/4 d128 G8', 3, 4, 1, 4, 8, 128, 4000, dt)
-        rows += case('turbo:4 d256 (Gemma)', 4, 4, 1, 1, 4, 256, 3000, dt)
+        for c in cases:
+            if a.cases in c[0]: rows += case(*c, dt)
     staged = [r for r in rows if r['T']]
     worst = lambda k, rs: max((r[k] for r in rs), default=None)
     summary = dict(rows=len(rows), staged_rows=len(staged), written_by_kernel=sum(r['written_by_kernel'] for r in rows), all_same_codes=all(r['same_codes'] for r in rows),

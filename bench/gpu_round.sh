@@ -52,6 +52,8 @@
 #       stageserved (bench/stage_served.py: whole model, fp16 / turbo:4 staging / turbo:4 stage 0 in one process, how staged calls were served, a cProfile)
 #       defer  (a staged step's token written by the decode kernel, CodecKVCache.defer_write: check_staged_cuda, then turbo:4 decode steps through the caches)
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
+#       astage (affine caches stage too: check_staged_cuda with its affine cases (codes bit-equal to mx.quantize's), decode steps of affine:4 / affine:8,4 / turbo:4 through the caches)
+#       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       nsys   (bench/nsys_decode.sh: whole-model decode under Nsight Systems, fp16 / turbo:4 / affine:4 at $CTX (32768): GPU busy time and kernels per step)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
 #       hoststaged (bench/host_staged_cuda.py: a staged turbo:4 layer's update and attend against fp16's, and the decode kernel's own call replayed: about 1 min)
@@ -192,6 +194,9 @@ case $part in
   leanab) timeout 560 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --baseline .kvq_base --more affine:4 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defer) timeout 200 python3 bench/check_staged_cuda.py --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
+  astage) timeout 330 python3 bench/check_staged_cuda.py --cases affine --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
+         timeout 150 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
+  amodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds ${ROUNDS:-3} --no-stage0 --more affine:4 affine:8,4 --unstaged --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   nsys)  bash bench/nsys_decode.sh "$O" ${CTX:-32768} fp16 turbo:4 affine:4 ;;
   hoststaged) timeout 300 python3 bench/host_staged_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" ;;

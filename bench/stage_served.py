@@ -4,7 +4,7 @@ attention calls were served (the memoized launcher with staged tokens, without, 
 staged token counts, and a cProfile of the staged scheme's host build.
 
     python3 bench/stage_served.py [--context 32768 131072] [--rounds 2] [--steps 32] [--out DIR] [--no-stage0]
-                                  [--baseline DIR] [--written] [--more SCHEMES]
+                                  [--baseline DIR] [--written] [--more SCHEMES [--unstaged]]
 
 `--baseline DIR`: DIR holds another version of the package as `mlx_kvq_base` (`bash bench/baseline_package.sh REV DIR`
 makes it from a commit): its turbo:4 caches (staging, as that version does by default) are timed in the same rounds,
@@ -33,6 +33,7 @@ def main():
     p.add_argument("--no-stage0", action="store_true", help="leave out turbo:4 with stage 0")
     p.add_argument("--baseline", help="a folder holding another version of the package as mlx_kvq_base: its turbo:4 timed beside")
     p.add_argument("--written", action="store_true", help="also turbo:4 staging with the token written at update (defer_write False: two slice updates a step)")
+    p.add_argument("--unstaged", action="store_true", help="with --more: each of those schemes with stage 0 too")
     p.add_argument("--more", nargs="*", default=[], help="more schemes timed as they come (e.g. affine:4), with --baseline that version's too")
     a = p.parse_args()
     base = None
@@ -65,7 +66,11 @@ def main():
         for c in sets.get("turbo:4 staged, written at update", ()): c.defer_write = False
         if not a.no_stage0:
             for c in sets["turbo:4 stage 0"]: c.stage = 0
-        for kv in a.more: sets[kv] = filled(model, kv, context, mx.float16, shapes)[0]
+        for kv in a.more:
+            sets[kv] = filled(model, kv, context, mx.float16, shapes)[0]
+            if a.unstaged:
+                sets[f"{kv} stage 0"] = filled(model, kv, context, mx.float16, shapes)[0]
+                for c in sets[f"{kv} stage 0"]: c.stage = 0
         for kv in (["turbo:4"] + a.more) if base is not None else []:   # the other version's caches, filled as `filled` fills ours
             caches = base.bench_caches(model, base._bench_scheme(kv))
             for i, c in enumerate(caches): base._fill(c, shapes[str(i)][1][:3], context, mx.float16, 7919 * i)

@@ -669,7 +669,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
-    staging = fin == 'rot' and _finish_kind(kplan) == 'rot'   # staged tokens: quantized in the kernel (turbo, one Walsh-Hadamard block per side)
+    staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
+    kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
     NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
     cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
@@ -690,18 +691,19 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if got is None:
             GX = _AK._blocks_x(S, R, pch) if mma else S
             SP = GX if bmerge else S
-            fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key) if key > 0 else None)
+            fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key, kspec, vspec) if key > 0 else None)
             got = ((GX * NT, R, 1), folded, [(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)]) if fold else \
                   False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)])
             calls[(S, key)] = got
         return got
     def tail_kernel(cap, kc, vc, w):
         "(folded kernel for `cap` staged tokens (w: and the step's token, written), its inputs with the constants in place), or False where these codecs cannot stage"
-        if not (staging and type(kc) is TurboCodec and type(vc) is TurboCodec and folded is not None): return False
-        consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in (_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))]
+        if not (staging and _codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
+        consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
+                                                                       if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
         ins = list(base) + [None, *extra, None, None, None, *consts] + ([None, None] if w else [])
         ins[imask] = _mask_input(None, B, 0)
-        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kc.bits, vc.bits, w))[0], ins
+        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w))[0], ins
     def staged(q, kp, vp, n, sk, sv, T, kc, vc, nk=None, nv=None):
         """Output of a call over n stored and the first T staged tokens of the staging buffers sk, sv (codecs kc, vc), or
         None where the folded kernel cannot take it. With nk, nv (this step's key and value, (B, Hkv, 1, D), not in the
@@ -816,11 +818,24 @@ def stage_capacity(k_codec, v_codec):
     got = _STAGE_CAPS.get((id(k_codec), id(v_codec)))
     return got[2] if got is not None and got[0] is k_codec and got[1] is v_codec else 0
 
+def _stageable(kplan, vplan):
+    "Whether the folded decode kernel quantizes staged tokens of these plans: per side one Walsh-Hadamard turbo band ('rot') or affine ('plain')"
+    return _finish_kind(kplan) in ('rot', 'plain') and _finish_kind(vplan) in ('rot', 'plain')
+
+def _tail_spec(plan):
+    "A side's staged quantization as `_tail_source` takes it: the turbo bits, or ('affine', bits, group size)"
+    b = plan.bands[0]
+    return b.bits if plan.kind == 'turbo' else ('affine', b.bits, b.group_size)
+
+def _codec_stages(codec, plan):
+    "Whether the kernel's staged quantization of this side is its codec's own: a plain TurboCodec ('rot') or AffineCodec ('plain')"
+    return (type(codec), _finish_kind(plan)) in ((TurboCodec, 'rot'), (AffineCodec, 'plain'))
+
 def _record_stage_capacity(k_codec, v_codec, kplan, vplan, G, D, VDP):
     "Record `stage_capacity` for a verified decode configuration: the largest of 32, 16, 8, 4 that folds at FOLD chunks"
-    ok = (type(k_codec) is TurboCodec and type(v_codec) is TurboCodec and _finish_kind(kplan) == 'rot' and _finish_kind(vplan) == 'rot'
-          and _pairs(k_codec.rotation, D) and _pairs(v_codec.rotation, VDP))
-    cap = next((c for c in (32, 16, 8, 4) if _AK._fold_ok(_AK.FOLD, G, VDP, (D, c))), 0) if ok else 0
+    ok = (_stageable(kplan, vplan) and _codec_stages(k_codec, kplan) and _codec_stages(v_codec, vplan)
+          and (type(k_codec) is not TurboCodec or _pairs(k_codec.rotation, D)) and (type(v_codec) is not TurboCodec or _pairs(v_codec.rotation, VDP)))
+    cap = next((c for c in (32, 16, 8, 4) if _AK._fold_ok(_AK.FOLD, G, VDP, (D, c, _tail_spec(kplan), _tail_spec(vplan)))), 0) if ok else 0
     if len(_STAGE_CAPS) > 1024: _STAGE_CAPS.clear()
     _STAGE_CAPS[(id(k_codec), id(v_codec))] = (k_codec, v_codec, cap)
 
@@ -873,7 +888,7 @@ def attend(queries, keys: CachedSide, values: CachedSide, *, scale, mask=None, s
     full = _full_mask(mask, B, Hkv, G, Lq, Lk)
     backend = kernel_backend()
     tail = (_staged_tail(keys, values) if backend is not None and Lq == 1 and full is None and len(ksegs) == 2 and ksegs[0][0] != 'exact'
-            and kplan is not None and _finish_kind(kplan) == 'rot' and _finish_kind(vplan) == 'rot' else None)
+            and kplan is not None and _stageable(kplan, vplan) else None)
     if (backend is not None and Lq == 1 and (len(ksegs) == 1 or tail is not None) and kplan is not None and kplan.kind != 'exact' and vplan.kind != 'exact'
             and _fused_ok(queries, keys, values, kplan, vplan, full, sinks, tail is not None)
             and _fits(keys.n_quantized, G) and _kernel_ok(queries.reshape(B, Hkv, G, Lq, D), kplan, vplan, full)):

@@ -37,6 +37,7 @@ _PRELUDE = {
 #define KVQ_MAX(a, b) fmaxf((a), (b))
 #define KVQ_NEG_INF (__int_as_float(0xff800000))
 #define KVQ_U64 unsigned long long
+#define KVQ_QROUND(x) roundf(x)   /* MLX's CUDA mx.quantize rounds half away from zero (its CPU build: to even) */
 """,
     'metal': r"""
 #define KVQ_SHFL(v, o) simd_shuffle_xor((v), (ushort)(o))
@@ -529,11 +530,39 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
 
+# one group of an affine side's staged row (a warp; lane holds VPR consecutive values `w`): MLX's CUDA `mx.quantize`
+# arithmetic (mlx/backend/cuda/quantized/affine_quantize.cu, MLX 0.32): min from the float maximum, max from 0, the
+# warp's min and max, then scale and bias by the same float operations (IEEE division; KVQ_QROUND: MLX's CUDA build
+# rounds half away from zero, `roundf`; the CPU stand-in of the kernel tests rounds as MLX's CPU build, to even)
+_AFFINE_QUANT_CUDA = r"""                    float w[VPR], mn = 3.402823466e+38f, mxv = 0.0f;
+                    for (int i = 0; i < VPR; ++i) { w[i] = (float)xr[grp * GS + lane * VPR + i]; mn = fminf(mn, w[i]); mxv = fmaxf(mxv, w[i]); }
+                    for (int off = 16; off > 0; off >>= 1) { mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off)); mxv = fmaxf(mxv, __shfl_xor_sync(0xffffffffu, mxv, off)); }
+                    float scale = fmaxf(__fdiv_rn(__fsub_rn(mxv, mn), NB), 1e-7f);
+                    const bool side = fabsf(mn) > fabsf(mxv);
+                    scale = side ? scale : -scale;
+                    const float edge = side ? mn : mxv;
+                    const float q0 = KVQ_QROUND(__fdiv_rn(edge, scale));
+                    const bool at_zero = q0 == 0.0f;
+                    scale = at_zero ? scale : __fdiv_rn(edge, q0);
+                    const float bias = at_zero ? 0.0f : edge;
+"""
+
+def _tail_side(spec, width):
+    """How a staged side is quantized in the kernel: `spec` is the turbo codec's bits (an int: one Walsh-Hadamard block,
+    codes and a norm per token) or ('affine', bits, group size) (codes and a scale and bias per group, as `mx.quantize`
+    makes them); returns (kind, bits, group size, floats per token held beside the codes)"""
+    if isinstance(spec, int): return 'turbo', spec, width, 1
+    kind, bits, gs = spec
+    if kind != 'affine' or width % gs or gs % 32: raise ValueError(f"no staged quantization for {spec!r} at width {width}")
+    return 'affine', bits, gs, 2 * (width // gs)
+
 def _tail_floats(G, VDP, tail):
-    "Floats of the score buffer a staged call's tail uses after the fold's outputs (`_tail_source`); tail = (key dim, stage capacity, ...)"
+    "Floats of the score buffer a staged call's tail uses after the fold's outputs (`_tail_source`); tail = (key dim, stage capacity, key spec, value spec, ...)"
     if not tail: return 0
     D, cap = tail[0], tail[1]
-    return G * (cap + 2 + D) + 2 * cap + -(-cap * (D + VDP) // 4)
+    kn = _tail_side(tail[2], D)[3] if len(tail) > 2 else 1
+    vn = _tail_side(tail[3], VDP)[3] if len(tail) > 3 else 1
+    return G * (cap + 2 + D) + cap * (kn + vn) + -(-cap * (D + VDP) // 4)
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
@@ -541,7 +570,7 @@ def _fold_ok(S, G, VDP, tail=None):
     staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
     return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
-def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
+def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; turbo codecs with one Walsh-Hadamard
     block per side, the 'rot' finish), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
@@ -557,12 +586,29 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
     (thread per head and coordinate), xs = tm[2g] xs + tm[2g + 1] sum_t w_t n_t cev[code], which the finish's inverse
     rotation takes as it takes the quantized part alone. No staged token (meta[8] = 0): coefficients 1 and 0. Shared
     memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms, then
-    CAP x (D + Dv) one-byte codes. `WRITE`: the step's own token is not in the staging buffers yet (inputs `nk`, `nv`:
+    CAP x (D + Dv) one-byte codes. An affine side (`_tail_side`) is quantized as MLX's CUDA `mx.quantize` quantizes
+    (`_AFFINE_QUANT_CUDA`: a warp per group, its min (from the float maximum) and max (from 0), the scale and bias by the
+    same float operations and rounding, codes min(round((x - bias) / scale), 2^bits - 1)), its scale and bias rounded to
+    the model's dtype and then to float16 as `AffineCodec` stores them, CAP x 2 x (groups) floats in place of the
+    norms; its queries are not rotated (times `tsc` only), a key's score is q . (code scale + bias), a value's term
+    code scale + bias, in the plain space the 'plain' finish writes. `WRITE`: the step's own token is not in the staging buffers yet (inputs `nk`, `nv`:
     (B, Hkv, 1, D), read by their strides); the kernel writes the buffers as they are after the step (outputs `sko`,
     `svo`: the held tokens, the step's token at meta[8] - 1, the rest copied as it was) and quantizes the staged tokens
     from them: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
-    def quant(E, N, BITS, x, signs, bnd, codes, norm):   # one staged row of one side: the quantize kernel's arithmetic
-        return f"""                constexpr int E = {E}, N = {N}, BITS = {BITS};
+    kkind, _, kgs, KN = _tail_side(KSPEC, D)
+    vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
+    def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it
+        kind, bits, gs, _ = _tail_side(spec, width)
+        if kind == 'affine':
+            return f"""                constexpr int GS = {gs}, NGR = {width // gs}, VPR = GS / 32;
+                constexpr float NB = {float((1 << bits) - 1)}f;
+                const T* const xr = {x};
+                for (int grp = 0; grp < NGR; ++grp) {{
+{_AFFINE_QUANT_CUDA}                    for (int i = 0; i < VPR; ++i) {codes}[grp * GS + lane * VPR + i] = (unsigned char)fminf(KVQ_QROUND(__fdiv_rn(__fsub_rn(w[i], bias), scale)), NB);
+                    if (lane == 0) {{ {aux}[2 * grp] = __half2float(__float2half_rn((float)(T)scale)); {aux}[2 * grp + 1] = __half2float(__float2half_rn((float)(T)bias)); }}   // as AffineCodec stores them
+                }}
+"""
+        return f"""                constexpr int E = {width // 32}, N = {width}, BITS = {bits};
                 const T* const xr = {x};
                 const float* const signs = {signs};
                 const float* const bnd = {bnd};
@@ -570,8 +616,22 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
 {_QROT_CUDA}{_QNORM_CUDA}                for (int e = 0; e < E; ++e) {{
             {_QCODE_CUDA}                    {codes}[lane * E + e] = (unsigned char)c;
                 }}
-                if (lane == 0) {norm} = __half2float(__float2half_rn(nrm));   // as the cache stores it (float16) and the kernel reads it
+                if (lane == 0) {aux}[0] = __half2float(__float2half_rn(nrm));   // as the cache stores it (float16) and the kernel reads it
 """
+    if kkind == 'turbo':
+        qprep = f"""                constexpr int E = TD / 32, N = TD;
+                const T* const xr = qx + ((long)r * G + task) * TD;
+                const float* const signs = sgk;
+                float v[E];
+{_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
+"""
+        kdot = "for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];\n            tw[g * TC + t] = s * tn[t];"
+    else:
+        qprep = """                for (int d = lane; d < TD; d += 32) tq[task * TD + d] = (float)qx[((long)r * G + task) * TD + d] * tsc[0];
+"""
+        kdot = f"const float* const ka = tn + t * {KN};\n            for (int d = 0; d < TD; ++d) s += qg[d] * ((float)kc[d] * ka[2 * (d / {kgs})] + ka[2 * (d / {kgs}) + 1]);\n            tw[g * TC + t] = s;"
+    vterm = ("tn[TC * KN + t] * cev[tvc[t * TV + e]]" if vkind == 'turbo' else
+             f"((float)tvc[t * TV + e] * tn[TC * KN + t * VN + 2 * (e / {vgs})] + tn[TC * KN + t * VN + 2 * (e / {vgs}) + 1])")
     src_k, src_v = ("sko", "svo") if WRITE else ("tk", "tv")
     write = f"""        {{   // the staging buffers after this step: the held tokens, this step's (nk, nv, by their strides) at TT - 1
             const int wb = r / meta[2], wh = r - wb * meta[2];
@@ -588,26 +648,21 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
         KVQ_SYNC();
 """ if WRITE else ""
     return f"""        // ---- staged tokens: meta[8] of them, quantized here as the cache will store them, merged by log-sum-exp
-        constexpr int TD = {D}, TC = {CAP}, TV = {Dv};
+        constexpr int TD = {D}, TC = {CAP}, TV = {Dv}, KN = {KN}, VN = {VN};
         const int TT = meta[8];
 {write}        float* const tw = xs + G * VDP;          // G x TC scores, then weights e^(s - m)
         float* const tm = tw + G * TC;           // G x 2 merge coefficients
-        float* const tq = tm + 2 * G;            // G x TD rotated queries, scaled
-        float* const tn = tq + G * TD;           // TC key norms, TC value norms
-        unsigned char* const tkc = reinterpret_cast<unsigned char*>(tn + 2 * TC);   // TC x TD key codes
-        unsigned char* const tvc = tkc + TC * TD;                                    // TC x TV value codes
+        float* const tq = tm + 2 * G;            // G x TD queries (rotated for turbo keys), scaled
+        float* const tn = tq + G * TD;           // TC x KN key norms / scales and biases, TC x VN value ones
+        unsigned char* const tkc = reinterpret_cast<unsigned char*>(tn + TC * (KN + VN));   // TC x TD key codes
+        unsigned char* const tvc = tkc + TC * TD;                                           // TC x TV value codes
         for (int task = warp; task < G + 2 * TT; task += {_NW}) {{
-            if (task < G) {{                     // head `task`'s query, rotated as the keys were
-                constexpr int E = TD / 32, N = TD;
-                const T* const xr = qx + ((long)r * G + task) * TD;
-                const float* const signs = sgk;
-                float v[E];
-{_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
-            }} else if (task < G + TT) {{         // staged key t
+            if (task < G) {{                     // head `task`'s query, as the keys' codes take it
+{qprep}            }} else if (task < G + TT) {{         // staged key t
                 const int t = task - G;
-{quant(D // 32, D, KBITS, src_k + " + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "tn[t]")}            }} else {{                               // staged value t
+{quant(KSPEC, D, src_k + " + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "(tn + t * KN)")}            }} else {{                               // staged value t
                 const int t = task - G - TT;
-{quant(Dv // 32, Dv, VBITS, src_v + " + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "tn[TC + t]")}            }}
+{quant(VSPEC, Dv, src_v + " + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "(tn + TC * KN + t * VN)")}            }}
         }}
         KVQ_SYNC();
         for (int i = tid; i < G * TT; i += {NT}) {{
@@ -615,8 +670,7 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
             const float* const qg = tq + g * TD;
             const unsigned char* const kc = tkc + t * TD;
             float s = 0.0f;
-            for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];
-            tw[g * TC + t] = s * tn[t];
+            {kdot}
         }}
         KVQ_SYNC();
         for (int g = warp; g < G; g += {_NW}) {{
@@ -635,10 +689,10 @@ def _tail_source(VDP, Dv, D, CAP, KBITS, VBITS, WRITE=False):
             }}
         }}
         KVQ_SYNC();
-        for (int i = tid; i < G * TV; i += {NT}) {{   // the staged values' weighted sum merged into the rotated output
+        for (int i = tid; i < G * TV; i += {NT}) {{   // the staged values' weighted sum merged into the output (rotated for turbo values)
             const int g = i / TV, e = i - g * TV;
             float a = 0.0f;
-            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * tn[TC + t] * cev[tvc[t * TV + e]];
+            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * {vterm};
             xs[g * VDP + e] = tm[2 * g] * xs[g * VDP + e] + tm[2 * g + 1] * a;
         }}
         KVQ_SYNC();
@@ -708,7 +762,8 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
         KVQ_SYNC();
 """
     if tail is not None:
-        if finish != 'rot': raise ValueError("staged tokens are merged by the 'rot' finish only (turbo codecs, one Walsh-Hadamard block per side)")
+        if finish != {'turbo': 'rot', 'affine': 'plain'}[_tail_side(tail[3], Dv)[0]]:
+            raise ValueError(f"staged tokens are merged by the 'rot' finish (turbo values, one Walsh-Hadamard block) or the 'plain' one (affine values), not {finish!r}")
         src += _tail_source(VDP, Dv, *tail)
     def mix(g, e, x): return f"({x})"   # (the staged tokens, if any, are merged into xs before the finish)
     if finish == 'plain':

@@ -89,6 +89,7 @@ MACROS = r"""
 #define KVQ_NTHREADS g_nt
 #define KVQ_EXP(x) expf(x)
 #define KVQ_MAX(a, b) fmaxf((a), (b))
+#define KVQ_QROUND(x) rintf(x)   /* the codes a cache here stores are MLX's CPU mx.quantize's: ties to even (CUDA's: away from zero) */
 #define KVQ_NEG_INF (-INFINITY)
 #define KVQ_U64 unsigned long long
 #define KVQ_MMA(d, a, b0, b1) kvq_mma((d), (a), (b0), (b1))
@@ -138,6 +139,7 @@ struct kvq_dim3 { int x, y, z; };
 #define __fmul_rn(a, b) ((float)(a) * (float)(b))
 #define __fadd_rn(a, b) ((float)(a) + (float)(b))
 #define __fdiv_rn(a, b) ((float)(a) / (float)(b))
+#define __fsub_rn(a, b) ((float)(a) - (float)(b))
 #define __fsqrt_rn(a) sqrtf((float)(a))
 #define __fmaf_rn(a, b, c) fmaf((float)(a), (float)(b), (float)(c))
 #define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)

@@ -14,6 +14,7 @@ if not (os.path.exists(os.path.join(_ROOT, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12'
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 import cuda_registers as CR
 from mlx_kvq import attention_kernels as AK
+from mlx_kvq import attention as A
 from mlx_kvq.attention import side_plan, _finish_kind
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
@@ -35,21 +36,23 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
-          ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8)]
+          ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),
+          ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32)]
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 @pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
 def test_staged_kernel_compiles(case, mma, monkeypatch):
     """The folded kernel that also quantizes and merges a cache's staged tokens (`CodecKVCache.stage`; `_tail_source`:
-    turbo codecs, the 'rot' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
+    turbo sides with the 'rot' finish, affine ones with the 'plain' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
     capacity `attention.stage_capacity` gives these shapes; and its writing variant (the step's own token in)"""
     monkeypatch.setattr(AK, 'MMA', mma)
     _, kc, vc, G, D, cap = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
-    assert AK._fold_ok(AK.FOLD, G, D, (D, cap)) and not AK._fold_ok(AK.FOLD, G, D, (D, 2 * cap))
+    ks, vs = A._tail_spec(kp), A._tail_spec(vp)
+    assert AK._fold_ok(AK.FOLD, G, D, (D, cap, ks, vs)) and (cap == 32 or not AK._fold_ok(AK.FOLD, G, D, (D, 2 * cap, ks, vs)))   # (32: the most a cache stages)
     for write in (False, True):   # (write: the step's token taken by its strides, the staging buffers written: `CodecKVCache._defer`)
-        (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, kc.bits, vc.bits, write))
-        assert fin == 'rot' and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
+        (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, ks, vs, write))
+        assert fin == A._finish_kind(vp) and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
 def test_staged_tokens_need_the_rot_finish():
     "Only the 'rot' finish merges staged tokens (the decode kernel quantizes turbo codes only): another is refused"

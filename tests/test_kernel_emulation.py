@@ -408,7 +408,10 @@ def test_included_bodies_emulated(monkeypatch, tmp_path):
 STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300, 8),
           ('turbo:3/4 d64 G8 B2', TurboCodec(3), TurboCodec(4, seed=1), 2, 2, 8, 64, 300, 8),   # key and value widths apart
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8),             # the embedded Gemma's head dim
-          ('turbo:2 G16 d64', TurboCodec(2), TurboCodec(2, seed=1), 1, 1, 16, 64, 300, 4)]          # 16 query heads (SIMT kernel): the smallest score buffer
+          ('turbo:2 G16 d64', TurboCodec(2), TurboCodec(2, seed=1), 1, 1, 16, 64, 300, 4),          # 16 query heads (SIMT kernel): the smallest score buffer
+          ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 300, 8),                      # affine sides: quantized as mx.quantize does
+          ('affine:4 g32 d64 G8 B2', AffineCodec(4, 32), AffineCodec(4, 32), 2, 2, 8, 64, 300, 8),
+          ('affine:3 g128 / turbo:4 d256', AffineCodec(3, 128), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8)]   # one side of each kind
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 def test_staged_tokens_merged_by_the_fold(case):
@@ -450,8 +453,9 @@ def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     wrong('const T* const xr = sko + ', 'const T* const xr = tk + ')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) > 1e-2
 
-def test_staged_decode_steps(monkeypatch):
-    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4, float16) beside a cache
+@pytest.mark.parametrize('scheme', ['turbo:4', 'affine:4'])
+def test_staged_decode_steps(scheme, monkeypatch):
+    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4 / affine:4, float16) beside a cache
     that quantizes every step's token: the first step quantizes (no decode call verified yet, `stage_capacity` 0), then
     each token goes to the staging buffers and a full stage is quantized by one pair launch at the next step; every
     step after the second (which verifies the staged kernel) is served by the memoized launcher's folded kernel with the
@@ -476,7 +480,7 @@ def test_staged_decode_steps(monkeypatch):
         return None if r is None else tuple((lambda *b, f=f: by_runner.append((i, f(*b))) or by_runner[-1][1]) for i, f in enumerate(r))
     monkeypatch.setattr(Q, 'staged_runner', runner)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 8
-    cache = TurboQuantKVCache(4, 4); cache.stage = 3
+    cache = TurboQuantKVCache(4, 4) if scheme == 'turbo:4' else Q.CodecKVCache(AffineCodec(4), AffineCodec(4)); cache.stage = 3
     plain = Q.CodecKVCache(cache.k_codec, cache.v_codec); plain.stage = 0
     mx.random.seed(5)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16), mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16)

@@ -19,7 +19,7 @@ B, H, D = 1, 2, 64
 @pytest.fixture
 def cuda(monkeypatch):
     monkeypatch.setattr(Q, 'kernel_backend', lambda: 'cuda')
-    monkeypatch.setattr(Q, 'stage_capacity', lambda kc, vc: 32 if type(kc) is type(vc) is TurboCodec else 0)
+    monkeypatch.setattr(Q, 'stage_capacity', lambda kc, vc: 32 if {type(kc), type(vc)} <= {TurboCodec, AffineCodec} else 0)
 
 
 def tokens(n, seed=0):
@@ -87,18 +87,32 @@ def test_trim_within_and_past_the_stage(cuda):
     assert same_quantized(a, b, 7)
 
 
-def test_affine_caches_do_not_stage(cuda):
-    "The decode kernel quantizes staged tokens of turbo codecs only: an affine cache quantizes each step's token"
+def test_affine_caches_stage_too(cuda):
+    """An affine cache stages as a turbo one (the decode kernel quantizes affine staged tokens as `mx.quantize` does):
+    its staged tokens read as their codec stores them, its contents bit-equal to a cache that quantizes every token"""
     a, b = pair(4, lambda: Q.CodecKVCache(AffineCodec(8), AffineCodec(4)))
-    k, v = tokens(12)
+    k, v = tokens(16)
     for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in range(10, 16):
+        ka, _ = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        assert ka.staged is not None and a.n_quantized == 10 + 4 * ((t - 10) // 4) and same_contents(a, b), t
+    assert same_quantized(a, b, 14)
+
+
+def test_codecs_the_kernel_cannot_quantize_do_not_stage(cuda):
+    "Where `stage_capacity` is 0 (here an exact key side beside turbo values) a cache quantizes each step's token"
+    from mlx_kvq.codecs import Fp16Codec
+    a, _ = pair(4, lambda: Q.CodecKVCache(Fp16Codec(), TurboCodec(3)))
+    k, v = tokens(12)
+    a.update_and_fetch(k[:, :, :10], v[:, :, :10])
     ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
     assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
 
 
 def test_stage_capacity_of_the_real_kernels():
-    """What `attention` records for a verified decode configuration: 32 tokens for turbo at head dim 64 / 128 with 4
-    query heads per KV head, 8 at 256 (the embedded Gemma's), none for affine or where the score buffer is full at FOLD
+    """What `attention` records for a verified decode configuration: 32 tokens for turbo and affine at head dim 64 / 128
+    with 4 query heads per KV head, 8 at 256 (the embedded Gemma's) and for affine with 8 query heads at 128 (its scales
+    and biases take more of the score buffer), none for calibrated codecs or where the score buffer is full at FOLD
     chunks (16 query heads at 128)"""
     from mlx_kvq.attention import side_plan
     def cap(kc, vc, G, D):
@@ -107,7 +121,11 @@ def test_stage_capacity_of_the_real_kernels():
         return A.stage_capacity(kc, vc)
     assert cap(TurboCodec(4), TurboCodec(3, seed=1), 4, 128) == 32 and cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 64) == 32
     assert cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 256) == 8 and cap(TurboCodec(4), TurboCodec(4, seed=1), 16, 128) == 0
-    assert cap(AffineCodec(8), AffineCodec(4), 4, 128) == 0
+    assert cap(AffineCodec(8), AffineCodec(4), 4, 128) == 32 and cap(AffineCodec(4), AffineCodec(4), 8, 128) == 8
+    assert cap(AffineCodec(4, 32), AffineCodec(4, 32), 4, 256) == 8 and cap(AffineCodec(4), AffineCodec(4), 16, 128) == 0
+    import sys; sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
+    from kernel_emulator import calibrated_pair
+    assert cap(*calibrated_pair(128), 4, 128) == 0
     assert A.stage_capacity(TurboCodec(4), TurboCodec(4)) == 0     # codecs no decode call was verified for
 
 
