@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import attention as A, qcache as Q
-from mlx_kvq.codecs import AffineCodec, codec_attention
+from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.calibrated import CalibratedTurboCodec
@@ -29,6 +29,16 @@ def calibrated(D):
 CACHES = {'turbo:4': lambda D: TurboQuantKVCache(4, 4), 'turbo:3': lambda D: TurboQuantKVCache(3, 3),
           'turbo:4,2': lambda D: TurboQuantKVCache(4, 2), 'affine:4': lambda D: CodecKVCache(AffineCodec(4), AffineCodec(4)),
           'affine:8,4': lambda D: CodecKVCache(AffineCodec(8), AffineCodec(4)), 'calibrated 4o5': calibrated}
+
+
+def gpu_encoded(side):
+    """The side with its staged tokens encoded on the default (GPU) stream, as the cache will store them, and appended
+    to its quantized parts: the CPU stream's reference must not re-encode them (MLX's CPU `mx.quantize` rounds ties to
+    even, its CUDA build away from zero: affine codes differ at ties, more often from bfloat16 / float16 inputs)"""
+    if side.staged is None or side.tail is None or not side.tail.shape[-2]: return side
+    enc = side.codec.encode(side.tail); mx.eval(enc)
+    parts = tuple(mx.concatenate([p, e], axis=-2) for p, e in zip(side.parts, enc)) if side.n_quantized else enc
+    return CachedSide(side.codec, side.head, parts, None)
 
 
 def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
@@ -51,8 +61,9 @@ def run(scheme, B, Hkv, G, D, n0, dtype, steps=4, seed=0):
                 k, v = c.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
                 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dtype)
                 out = c.attend(q, k, v, scale=D ** -0.5)
+                kr, vr = gpu_encoded(k), gpu_encoded(v)
                 with mx.stream(mx.cpu):   # the reference in exact float32 (a GPU's float32 matmul may round to TF32: staged tokens' exact scores)
-                    ref = codec_attention(q.astype(mx.float32), k, v, scale=D ** -0.5)
+                    ref = codec_attention(q.astype(mx.float32), kr, vr, scale=D ** -0.5)
                 worst = max(worst, (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item())
         n_served = sum(s is not None for s in served)
         tol = 1e-3 if dtype == mx.float32 else 2e-3 + (2 ** -8 if dtype == mx.bfloat16 else 0.0)   # the fused output is rounded to bfloat16

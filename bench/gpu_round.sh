@@ -53,6 +53,7 @@
 #       defer  (a staged step's token written by the decode kernel, CodecKVCache.defer_write: check_staged_cuda, then turbo:4 decode steps through the caches)
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
 #       astage (affine caches stage too: check_staged_cuda with its affine cases (codes bit-equal to mx.quantize's), decode steps of affine:4 / affine:8,4 / turbo:4 through the caches)
+#       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       nsys   (bench/nsys_decode.sh: whole-model decode under Nsight Systems, fp16 / turbo:4 / affine:4 at $CTX (32768): GPU busy time and kernels per step)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
@@ -196,6 +197,7 @@ case $part in
          timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   astage) timeout 330 python3 bench/check_staged_cuda.py --cases affine --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 150 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
+  asteps) timeout 200 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   amodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds ${ROUNDS:-3} --no-stage0 --more affine:4 affine:8,4 --unstaged --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   nsys)  bash bench/nsys_decode.sh "$O" ${CTX:-32768} fp16 turbo:4 affine:4 ;;
