@@ -813,7 +813,7 @@ _STAGE_CAPS = {}   # (id(key codec), id(value codec)) -> (codecs, the stage capa
 def stage_capacity(k_codec, v_codec):
     """The most staged tokens a decode step's folded kernel quantizes and attends for this pair of codecs (known once a
     decode call of theirs was verified on CUDA: `attend` records it; 0 before that, or where the kernel cannot: codecs
-    other than turbo with one Walsh-Hadamard block per side, or a score buffer too small for their head dims and query
+    other than turbo with one Walsh-Hadamard block or affine (per side), or a score buffer too small for their head dims and query
     heads at FOLD chunks). `CodecKVCache` stages at most this many."""
     got = _STAGE_CAPS.get((id(k_codec), id(v_codec)))
     return got[2] if got is not None and got[0] is k_codec and got[1] is v_codec else 0
