@@ -6,7 +6,7 @@ divided out):
     python3 bench/host_inputs_cuda.py [--calls 64] [--rounds 3]
 
 Rows: an empty `mx.fast.cuda_kernel` call with 4, 12, 24 and 32 inputs (each input its own evaluated 16-float array,
-named in the source); with and without a dtype template argument; `mx.contiguous` of a contiguous array; one slice
+named in the source); with and without a dtype template argument; 24 inputs and 2, 4, 6 outputs; `mx.contiguous` of a contiguous array; one slice
 update of a (1, 8, 32, 64) float16 stage; one slice of it (a view). Timings only."""
 import argparse, hashlib, platform, statistics as st, sys, time
 from pathlib import Path
@@ -15,11 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_calls_cuda import split
 
 
-def kernel_with(n):
+def kernel_with(n, m=1):
+    "An empty kernel of n inputs and m outputs (the first output the inputs' sum, the others one float each)"
     names = [f'a{i}' for i in range(n)]
     src = "const int i = threadIdx.x; if (i < 4) out[i] = " + " + ".join(f"{nm}[i]" for nm in names) + ";"
+    src += "".join(f" if (i == 0) out{j}[0] = 0.0f;" for j in range(1, m))
     return mx.fast.cuda_kernel(name='kvq_inputs_' + hashlib.sha1(src.encode()).hexdigest()[:10], input_names=names,
-                               output_names=['out'], source=src)
+                               output_names=['out'] + [f'out{j}' for j in range(1, m)], source=src)
 
 
 def main():
@@ -32,6 +34,7 @@ def main():
     def add(nm, make):
         rows.setdefault(nm, []).append(split(make, a.calls))
     kern = {n: kernel_with(n) for n in (4, 12, 24, 32)}
+    outs = {m: kernel_with(24, m) for m in (2, 4, 6)}   # outputs beyond the first: each allocated at submit
     for n, k in kern.items():   # correctness of the stand-in sum, once
         got = k(inputs=arrs[:n], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(4,)], output_dtypes=[mx.float32])[0]
         assert mx.allclose(got, sum(arrs[:n])[:4]).item(), n
@@ -44,6 +47,8 @@ def main():
         for n, k in kern.items():
             add(f"cuda_kernel, {n} inputs", lambda i, k=k, n=n: k(inputs=arrs[:n], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(4,)], output_dtypes=[mx.float32])[0])
             add(f"cuda_kernel, {n} inputs, template T", lambda i, k=k, n=n: k(inputs=arrs[:n], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(4,)], output_dtypes=[mx.float32], template=[('T', mx.float16)])[0])
+        for m, k in outs.items():
+            add(f"cuda_kernel, 24 inputs, {m} outputs", lambda i, k=k, m=m: k(inputs=arrs[:24], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(4,)] + [(1,)] * (m - 1), output_dtypes=[mx.float32] * m)[0])
         add("mx.contiguous of a contiguous (1, 32, 1, 64) float16", lambda i: mx.contiguous(q))
         add("slice update of a (1, 8, 32, 64) float16 stage", slice_update)
         add("slice [:, :, :i+1] of the stage", lambda i: stage[:, :, :i % 32 + 1])
