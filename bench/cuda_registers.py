@@ -94,7 +94,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
-    if fin: ins, outs = ins + [('cnt', 'int32_t')] + [(n, 'float') for n in _fold_inputs(fin)], outs + [('out', '__half'), ('cnext', 'int32_t')]
+    if fin: ins, outs = ins + [('cnt', 'float')] + [(n, 'float') for n in _fold_inputs(fin)], [('scr', 'float'), ('out', '__half')]
     if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_INPUTS[3:]]
     if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('sko', '__half'), ('svo', '__half')]
     if include: src = _P._included(src, [n for n, _ in ins])

@@ -53,6 +53,7 @@
 #       defer  (a staged step's token written by the decode kernel, CodecKVCache.defer_write: check_staged_cuda, then turbo:4 decode steps through the caches)
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
 #       astage (affine caches stage too: check_staged_cuda with its affine cases (codes bit-equal to mx.quantize's), decode steps of affine:4 / affine:8,4 / turbo:4 through the caches)
+#       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       nsys   (bench/nsys_decode.sh: whole-model decode under Nsight Systems, fp16 / turbo:4 / affine:4 at $CTX (32768): GPU busy time and kernels per step)
@@ -197,6 +198,8 @@ case $part in
          timeout 250 python3 bench/check_decode_steps.py --schemes turbo:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   astage) timeout 330 python3 bench/check_staged_cuda.py --cases affine --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 150 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
+  scratch) timeout 150 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log"
+         timeout 200 python3 bench/stage_served.py --context 32768 --rounds 6 --no-stage0 --baseline .kvq_base --more affine:4 --out "$O/model" > "$O/model.log" 2>&1; grep -E "^\\|" "$O/model.log" ;;
   asteps) timeout 200 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   amodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds ${ROUNDS:-3} --no-stage0 --more affine:4 affine:8,4 --unstaged --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;

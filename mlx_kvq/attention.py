@@ -356,7 +356,8 @@ def _kernel_ok_of(q, kplan, vplan, mask):
 _KERNELS = {}
 def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
-    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `out`, `cnext` more;
+    that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `scr` (its partials and
+    row counters, `_scratch_source`) and `out` instead;
     with `tail` = (key dim, stage capacity, key bits, value bits, write) it quantizes and merges a cache's staged tokens
     too: inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
     `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`)"""
@@ -369,7 +370,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         if vplan.kind == 'affine': ins.append('vz0')
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
-        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), outs + ['out', 'cnext']
+        if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), ['scr', 'out']
         if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['sko', 'svo']
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
@@ -671,10 +672,9 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
     kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
-    NC = max(R, 4)   # row counters: 16 bytes at least (MLX's managed pool holds arrays of 8 bytes or less: 03a, "Constant inputs made on the device")
-    cnt = [mx.zeros((NC,), mx.int32)] if folded is not None else None   # the counters the next folded call starts from (zero)
+    cnt = [mx.zeros((_AK._ncp(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
-    FODT, PODT = [mx.float32, mx.float32, queries.dtype, mx.int32], [mx.float32, mx.float32]
+    FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
     at_cnt = len(names)   # positions in a staged call's inputs: names, cnt, extra, then `_TAIL_INPUTS`
     at_qx = len(names) + 1 + len(extra); at_tk, at_tv = at_qx + 1, at_qx + 2
     at_nk = at_qx + len(_TAIL_INPUTS); at_nv = at_nk + 1   # a writing call's step token (after the tail's inputs)
@@ -692,7 +692,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             GX = _AK._blocks_x(S, R, pch) if mma else S
             SP = GX if bmerge else S
             fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key, kspec, vspec) if key > 0 else None)
-            got = ((GX * NT, R, 1), folded, [(R, SP, G, VDP), (R, SP, G, 2), (B, Hq, 1, Dv), (NC,)]) if fold else \
+            got = ((GX * NT, R, 1), folded, [(_AK.scratch_floats(R, SP, G, VDP),), (B, Hq, 1, Dv)]) if fold else \
                   False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)])
             calls[(S, key)] = got
         return got
@@ -736,8 +736,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
             ins[at_cnt] = cnt[0]
             res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[4] if w else call[2], output_dtypes=FODTW if w else FODT)
-            cnt[0] = res[3]
-        return (res[2], res[4], res[5]) if w else res[2]
+            cnt[0] = res[0]
+        return (res[1], res[2], res[3]) if w else res[1]
     def run(q, kp, vp, n, mask=None, tail=None):
         sides = (kp, vp)
         if tail is not None:   # (staged keys, staged values, T, key codec, value codec): only the folded kernel that merges them serves it
@@ -752,7 +752,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         for i, s_, j in parts_at: ins[i] = sides[s_][j]
         if fk is not None:    # one launch: the decode kernel finishes the attention
             with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                _, _, out, cnt[0] = fk(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
+                cnt[0], out = fk(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
             return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=TG, output_shapes=shapes, output_dtypes=PODT)
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),

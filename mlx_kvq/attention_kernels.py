@@ -14,7 +14,7 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA   # the quantize kerne
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
            'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
            'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC',
-           'LEAN_ANY', 'dynamic_shared_bytes']
+           'LEAN_ANY', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -266,8 +266,30 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
-    fin = _fold_source(32 * sum(_side_layout(vplan)[0]), fold, sum(b.n for b in vplan.bands), tail)
-    return src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
+    VDP = 32 * sum(_side_layout(vplan)[0])
+    fin = _fold_source(VDP, fold, sum(b.n for b in vplan.bands), tail)
+    return _scratch_source(G, VDP, carry) + src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
+
+def scratch_floats(R, SP, G, VDP):
+    "Floats of a folded call's one scratch output (`_scratch_source`): the row counters (a multiple of 4), then the partial outputs and their (max, sum)"
+    return _ncp(R) + R * SP * G * (VDP + 2)
+
+def _ncp(R): return -(-max(R, 4) // 4) * 4
+
+def _scratch_source(G, VDP, carry):
+    """Source at the start of a folded decode kernel: its partial outputs `o`, their softmax statistics `ml` and the row
+    counters `cnext` the next call starts from are pointers into its one scratch output `scr` (counters first, 4-aligned
+    so that `o`'s float4 loads stay aligned; the next call's `cnt` is this call's `scr`, its counters at the start
+    whatever its chunk count). One output instead of three: each output of a custom kernel costs the host about 3.3 us
+    a call, an input about 0.3 (`bench/h200_20261129b/hostinputs/`). R = meta[6] / G rows; the partials per row are
+    meta[1] chunks, or the grid's blocks under BMERGE (`carry`)"""
+    return f"""#ifndef KVQ_GX
+#define KVQ_GX ((int)gridDim.x)
+#endif
+    int* const cnext = reinterpret_cast<int*>(scr);
+    float* const o = scr + (((meta[6] / {G} > 4 ? meta[6] / {G} : 4) + 3) & ~3);
+    float* const ml = o + (long)meta[6] * {'KVQ_GX' if carry else 'meta[1]'} * {VDP};
+"""
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
     "The SIMT flash-decoding kernel (every backend): thread = (token lane, 32-dim slice) for scores, (token lane, sub-slice) for values"
