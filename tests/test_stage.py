@@ -288,3 +288,23 @@ def test_deferred_writes(writer, tmp_path):
     assert c.offset == b.offset == 22 and same_contents(c, b)
     assert step(22) is False and step(23) and writer.count('write') == 7
     assert same_quantized(a, b, a.n_quantized)
+
+
+def test_a_staging_cache_batches(cuda):
+    """mlx-lm's batching (`BatchQuantizedKVCache.merge`, as `BatchGenerator` merges single caches) takes a cache
+    mid-stage: its staged tokens are quantized tokens, encoded after the stored ones, so the batch holds what a merge of
+    caches that quantize every token holds"""
+    from mlx_kvq.batch import BatchQuantizedKVCache
+    a, b = pair(8)
+    a2, b2 = pair(8)
+    k, v = tokens(20)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for c in (a2, b2): c.update_and_fetch(k[:, :, :7], v[:, :, :7])
+    for t in range(10, 13):
+        for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+    assert a._n_tail() == 3 and b._n_tail() == 0
+    ba, bb = BatchQuantizedKVCache.merge([a, a2]), BatchQuantizedKVCache.merge([b, b2])
+    assert mx.array_equal(mx.array(ba.offset), mx.array(bb.offset)).item()
+    got, want = ba.dequantized(), bb.dequantized()
+    assert got[0].shape == want[0].shape and got[0].shape[2] >= 13
+    for x, y in zip(got, want): assert mx.array_equal(x, y).item()
