@@ -56,7 +56,6 @@
 #       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
-#       nsys   (bench/nsys_decode.sh: whole-model decode under Nsight Systems, fp16 / turbo:4 / affine:4 at $CTX (32768): GPU busy time and kernels per step)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
 #       hoststaged (bench/host_staged_cuda.py: a staged turbo:4 layer's update and attend against fp16's, and the decode kernel's own call replayed: about 1 min)
 #       hostinputs (bench/host_inputs_cuda.py: an empty custom kernel's host cost by its number of inputs, a contiguous, a slice update, a slice: about 1 min)
@@ -203,7 +202,6 @@ case $part in
   asteps) timeout 200 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   amodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds ${ROUNDS:-3} --no-stage0 --more affine:4 affine:8,4 --unstaged --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
-  nsys)  bash bench/nsys_decode.sh "$O" ${CTX:-32768} fp16 turbo:4 affine:4 ;;
   hoststaged) timeout 300 python3 bench/host_staged_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" ;;
   hostinputs) timeout 300 python3 bench/host_inputs_cuda.py --rounds 3 > "$O/run.log" 2>&1; cat "$O/run.log" ;;
   stageserved) timeout 500 python3 bench/stage_served.py --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;

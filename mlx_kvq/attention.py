@@ -358,7 +358,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `scr` (its partials and
     row counters, `_scratch_source`) and `out` instead;
-    with `tail` = (key dim, stage capacity, key bits, value bits, write) it quantizes and merges a cache's staged tokens
+    with `tail` = (key dim, stage capacity, key spec, value spec, write) it quantizes and merges a cache's staged tokens
     too: inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
     `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`)"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail)
@@ -665,8 +665,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
-    tails = {}       # stage capacity -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
-    ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), chunks, `call_of` them), made when n changes
+    tails = {}       # (stage capacity, write) -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
+    ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), `call_of` their chunks, a writing call's output shapes), made when n changes
     seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
@@ -698,7 +698,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         return got
     def tail_kernel(cap, kc, vc, w):
         "(folded kernel for `cap` staged tokens (w: and the step's token, written), its inputs with the constants in place), or False where these codecs cannot stage"
-        if not (staging and _codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
+        if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
         consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
                                                                        if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
         ins = list(base) + [None, *extra, None, None, None, *consts] + ([None, None] if w else [])
@@ -721,9 +721,9 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if t is None or t[0] != n:   # a table per n (while a cache stages n stays and T grows a token a step): one device op
             row = _meta_row(n, R, G, Hkv, False, VDP)
             call = call_of(row[1], cap)
-            t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), row[1], call,
+            t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), call,
                              call and call[2] + [(B, Hkv, cap, D), (B, Hkv, cap, Dv)])
-        call = t[3]
+        call = t[2]
         if call is False: return None
         tk = tails.get((cap, w))
         if tk is None: tk = tails[(cap, w)] = tail_kernel(cap, kc, vc, w)
@@ -735,7 +735,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if w: ins[at_nk] = nk; ins[at_nv] = nv
         with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
             ins[at_cnt] = cnt[0]
-            res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[4] if w else call[2], output_dtypes=FODTW if w else FODT)
+            res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[3] if w else call[2], output_dtypes=FODTW if w else FODT)
             cnt[0] = res[0]
         return (res[1], res[2], res[3]) if w else res[1]
     def run(q, kp, vp, n, mask=None, tail=None):
@@ -833,7 +833,7 @@ def _codec_stages(codec, plan):
 
 def _record_stage_capacity(k_codec, v_codec, kplan, vplan, G, D, VDP):
     "Record `stage_capacity` for a verified decode configuration: the largest of 32, 16, 8, 4 that folds at FOLD chunks"
-    ok = (_stageable(kplan, vplan) and _codec_stages(k_codec, kplan) and _codec_stages(v_codec, vplan)
+    ok = (_codec_stages(k_codec, kplan) and _codec_stages(v_codec, vplan)
           and (type(k_codec) is not TurboCodec or _pairs(k_codec.rotation, D)) and (type(v_codec) is not TurboCodec or _pairs(v_codec.rotation, VDP)))
     cap = next((c for c in (32, 16, 8, 4) if _AK._fold_ok(_AK.FOLD, G, VDP, (D, c, _tail_spec(kplan), _tail_spec(vplan)))), 0) if ok else 0
     if len(_STAGE_CAPS) > 1024: _STAGE_CAPS.clear()

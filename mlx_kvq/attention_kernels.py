@@ -262,7 +262,7 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
     throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`), with
-    `tail` = (key dim, stage capacity, key bits, value bits, write) merging a cache's staged tokens too (`_tail_source`)"""
+    `tail` = (key dim, stage capacity, key spec, value spec, write) merging a cache's staged tokens too (`_tail_source`)"""
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
@@ -582,9 +582,7 @@ def _tail_floats(G, VDP, tail):
     "Floats of the score buffer a staged call's tail uses after the fold's outputs (`_tail_source`); tail = (key dim, stage capacity, key spec, value spec, ...)"
     if not tail: return 0
     D, cap = tail[0], tail[1]
-    kn = _tail_side(tail[2], D)[3] if len(tail) > 2 else 1
-    vn = _tail_side(tail[3], VDP)[3] if len(tail) > 3 else 1
-    return G * (cap + 2 + D) + cap * (kn + vn) + -(-cap * (D + VDP) // 4)
+    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], VDP)[3]) + -(-cap * (D + VDP) // 4)
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
@@ -593,8 +591,8 @@ def _fold_ok(S, G, VDP, tail=None):
     return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
 def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
-    """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; turbo codecs with one Walsh-Hadamard
-    block per side, the 'rot' finish), between merging the row's quantized partials into `xs` (rotated, normalized, max
+    """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; per side a turbo codec with one
+    Walsh-Hadamard block, `KSPEC` / `VSPEC` its bits, or an affine one, ('affine', bits, group size): `_tail_side`), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
     buffers (B, Hkv, CAP, D), as the cache holds them, in the model's dtype) are **quantized here** by the quantize kernel's
     own arithmetic (`packing._QROT_CUDA`, `_QNORM_CUDA`, `_QCODE_CUDA`: the same text, IEEE intrinsics throughout): a
@@ -607,7 +605,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     a = e^(Mq - M) Lq, b = e^(m - M), `tm[2g]` = a / (a + b l), `tm[2g + 1]` = b / (a + b l). Then, in the rotated space
     (thread per head and coordinate), xs = tm[2g] xs + tm[2g + 1] sum_t w_t n_t cev[code], which the finish's inverse
     rotation takes as it takes the quantized part alone. No staged token (meta[8] = 0): coefficients 1 and 0. Shared
-    memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms, then
+    memory after `xs` (`_tail_floats`): G x CAP weights, G x 2 coefficients, G x D rotated queries, 2 x CAP norms (turbo), then
     CAP x (D + Dv) one-byte codes. An affine side (`_tail_side`) is quantized as MLX's CUDA `mx.quantize` quantizes
     (`_AFFINE_QUANT_CUDA`: a warp per group, its min (from the float maximum) and max (from 0), the scale and bias by the
     same float operations and rounding, codes min(round((x - bias) / scale), 2^bits - 1)), its scale and bias rounded to
@@ -730,12 +728,9 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
     output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
     run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key dim,
-    stage capacity, key bits, value bits, write): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
+    stage capacity, key spec, value spec, write): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
     src = f"""
-    // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks
-#ifndef KVQ_GX
-#define KVQ_GX ((int)gridDim.x)
-#endif
+    // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks (KVQ_GX: `_scratch_source`)
     __threadfence();
     KVQ_SYNC();
     KVQ_SHARED int kvq_last;

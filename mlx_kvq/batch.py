@@ -94,19 +94,11 @@ class BatchQuantizedKVCache(BatchKVCache):
 def _single_parts(c):
     """(keys Parts, values Parts, n tokens) of a CodecKVCache whose tokens are all quantized; a staging cache's staged
     tokens (`CodecKVCache.stage`, CUDA) are quantized tokens: encoded here, after the stored ones, as its `state` saves them"""
-    T = c._n_tail()
-    staged = T and c._stage_k is not None
-    if c.sink or c.window or c._n_sink() or (T and not staged):
+    if c.sink or c.window or c._n_sink() or (c._n_tail() and c._stage_k is None):
         raise ValueError(f"{type(c).__name__} with exact sink/window/unquantized tokens (sink={c.sink}, window={c.window}, "
                          f"quantized_kv_start={c.quantized_kv_start}) cannot be batched: use sink=0, window=0, quantized_kv_start=0")
-    n = c.n_quantized
-    if not n and not staged: return None, None, 0
-    k, v = ([p[..., :n, :] for p in c.keys], [p[..., :n, :] for p in c.values]) if n else (None, None)
-    if staged:
-        ek, ev = c.k_codec.encode(c.tail_keys), c.v_codec.encode(c.tail_values)
-        k = ek if k is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(k, ek)]
-        v = ev if v is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(v, ev)]
-    return Parts(k), Parts(v), n + (T if staged else 0)
+    k, v, n = c._quantized()
+    return (None, None, 0) if not n else (Parts(k), Parts(v), n)
 
 def _single_from_parts(cls, kc, vc, keys, values, n):
     "A fresh single-request cache of class `cls` holding `n` quantized tokens"

@@ -53,6 +53,9 @@ def _stage_size(stage):
 _AT = [(slice(None), slice(None), slice(t, t + 1)) for t in range(64)]     # a staged token's place in the stage, by position
 _UPTO = [(slice(None), slice(None), slice(0, t)) for t in range(65)]        # the first t staged tokens
 
+def _at(t): return _AT[t] if t < len(_AT) else (slice(None), slice(None), slice(t, t + 1))
+def _upto(t): return _UPTO[t] if t < len(_UPTO) else (slice(None), slice(None), slice(0, t))
+
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
 _LAZY = object()     # a staged tail not sliced from the staging buffers yet (`CodecKVCache.tail_keys`)
@@ -72,7 +75,7 @@ class _DeferredSide(CachedSide):
     @property
     def tail(self):
         t = self._tail
-        if t is None: t = self._tail = self.staged[_UPTO[self._T] if self._T < len(_UPTO) else (slice(None), slice(None), slice(0, self._T))]
+        if t is None: t = self._tail = self.staged[_upto(self._T)]
         return t
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
@@ -105,24 +108,19 @@ class CodecKVCache(_BaseCache):
         self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
         self._hot = self._sides = self._stage_run = self._pend = None
 
-    @property
-    def tail_keys(self):
-        if self._pend is not None: self._settle()
-        if self._tk is _LAZY: self._untail()
-        return self._tk
-    @tail_keys.setter
-    def tail_keys(self, x): self._tk = x
-    @property
-    def tail_values(self):
-        if self._pend is not None: self._settle()
-        if self._tv is _LAZY: self._untail()
-        return self._tv
-    @tail_values.setter
-    def tail_values(self, x): self._tv = x
+    def _tail(attr):
+        "`tail_keys` / `tail_values`: the exact or staged tail, with a pending token written first (`_settle`) and a staged tail sliced when first read"
+        def get(self):
+            if self._pend is not None: self._settle()
+            if getattr(self, attr) is _LAZY: self._untail()
+            return getattr(self, attr)
+        return property(get, lambda self, x: setattr(self, attr, x))
+    tail_keys, tail_values = _tail('_tk'), _tail('_tv')
+    del _tail
 
     def _untail(self):
         "The staged tail sliced from the staging buffers (made when first read: a decode step that defers its write makes no slice)"
-        at = _UPTO[self._nst] if self._nst < len(_UPTO) else (slice(None), slice(None), slice(0, self._nst))
+        at = _upto(self._nst)
         if self._tk is _LAZY: self._tk = self._stage_k[at]
         if self._tv is _LAZY: self._tv = self._stage_v[at]
 
@@ -231,9 +229,9 @@ class CodecKVCache(_BaseCache):
         `update_and_fetch` comes here straight from a step like the last staged one (`_hot`: same shapes, dtype and
         `stage`; what `check_update` and the staging conditions accepted then holds for it), so a stage in progress is
         filled before the cache asks again whether to stage (`_stage_cap`, when it is full)"""
-        at = _AT[T] if T < len(_AT) else (slice(None), slice(None), slice(T, T + 1))
+        at = _at(T)
         self._stage_k[at] = keys; self._stage_v[at] = values
-        at = _UPTO[T + 1] if T + 1 < len(_UPTO) else (slice(None), slice(None), slice(0, T + 1))
+        at = _upto(T + 1)
         sk, sv = self._stage_k, self._stage_v
         self.tail_keys, self.tail_values = sk[at], sv[at]
         n = self.n_quantized
@@ -261,7 +259,7 @@ class CodecKVCache(_BaseCache):
         if p is None: return
         self._pend = None
         k, v, T = p
-        at = _AT[T] if T < len(_AT) else (slice(None), slice(None), slice(T, T + 1))
+        at = _at(T)
         self._stage_k[at] = k; self._stage_v[at] = v
         self._staged(T + 1)
 
@@ -354,17 +352,26 @@ class CodecKVCache(_BaseCache):
         for nm in ('sink_keys', 'sink_values', 'tail_keys', 'tail_values'):
             x = getattr(self, nm)
             if x is not None: st[nm] = x
-        if self.n_quantized:
-            for side, parts in (('k', self.keys), ('v', self.values)):
-                for i, p in enumerate(parts): st[f'{side}{i}'] = p[..., :self.n_quantized, :]
-        T = self._n_tail() if self._stage_k is not None else 0
-        if T:   # staged tokens are quantized tokens: the file holds them as the cache will store them (nothing changes here)
+        kp, vp, n = self._quantized()
+        if n > self.n_quantized:   # staged tokens are quantized tokens: the file holds them as the cache will store them (nothing changes here)
             for nm in ('tail_keys', 'tail_values'): st.pop(nm, None)
-            cfg = self.config(); cfg['n_quantized'] += T
+            cfg = self.config(); cfg['n_quantized'] = n
             st['config'] = json.dumps(cfg, sort_keys=True)
-            for side, codec, x in (('k', self.k_codec, self.tail_keys), ('v', self.v_codec, self.tail_values)):
-                for i, p in enumerate(codec.encode(x)): st[f'{side}{i}'] = mx.concatenate([st[f'{side}{i}'], p], axis=-2) if self.n_quantized else p
+        for side, parts in (('k', kp), ('v', vp)):
+            for i, p in enumerate(parts or ()): st[f'{side}{i}'] = p
         return st
+
+    def _quantized(self):
+        """(key parts, value parts, n) of every quantized token: the n_quantized stored ones, then a staging cache's staged
+        tokens encoded as the cache will store them (parts None when n is 0): what `state` saves and a batch takes"""
+        n = self.n_quantized
+        kp, vp = ([p[..., :n, :] for p in self.keys], [p[..., :n, :] for p in self.values]) if n else (None, None)
+        T = self._n_tail() if self._stage_k is not None else 0
+        if T:
+            ek, ev = self.k_codec.encode(self.tail_keys), self.v_codec.encode(self.tail_values)
+            kp = ek if kp is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(kp, ek)]
+            vp = ev if vp is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(vp, ev)]
+        return kp, vp, n + T
 
     @state.setter
     def state(self, st):

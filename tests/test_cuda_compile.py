@@ -70,12 +70,10 @@ def test_block_merge_kernel_compiles(case, monkeypatch):
     assert fin is not None and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
 def test_a_missing_macro_fails_to_compile(monkeypatch):
-    "Not vacuous: the folded SIMT kernel without its own `KVQ_GX` definitions (the H200's failure) does not compile"
+    "Not vacuous: the folded SIMT kernel without its own `KVQ_GX` definition (`_scratch_source`'s; the H200's failure) does not compile"
     monkeypatch.setattr(AK, 'MMA', False)
-    orig = AK._fold_source
-    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('#define KVQ_GX ((int)gridDim.x)', ''))
-    scr = AK._scratch_source   # (which defines it too, first)
-    monkeypatch.setattr(AK, '_scratch_source', lambda *a: scr(*a).replace('#define KVQ_GX ((int)gridDim.x)', ''))
+    orig = AK._scratch_source
+    monkeypatch.setattr(AK, '_scratch_source', lambda *a: orig(*a).replace('#define KVQ_GX ((int)gridDim.x)', ''))
     _, kc, vc, G, D = CASES[0]
     with pytest.raises(RuntimeError, match='KVQ_GX'):
         CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True)
