@@ -12,7 +12,7 @@ Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 1
 import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK, packing as _P
-from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs, _TAIL_INPUTS
+from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs, _TAIL_CONSTANTS, _pack_defines, _packed_names
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -95,8 +95,13 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'float')] + [(n, 'float') for n in _fold_inputs(fin)], [('scr', 'float'), ('out', '__half')]
-    if fin and tail: ins = ins + [('qx', '__half'), ('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_INPUTS[3:]]
+    if fin and tail: ins = ins + [('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
     if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('sko', '__half'), ('svo', '__half')]
+    if fin:   # the folded kernels' constants as the launcher packs them (`attention._packed`), offsets 4 floats apart here
+        consts = ['ktab', 'vtab'] + (['qsc', 'qsg'] if qprep else []) + _fold_inputs(fin) + (_TAIL_CONSTANTS if tail else [])
+        pack = tuple((nm, 4 * i) for i, nm in enumerate(consts))
+        kept = _packed_names([n for n, _ in ins], pack)
+        src, ins = _pack_defines(pack) + src, [x for x in ins if x[0] in kept] + [('cst', 'float')]
     if include: src = _P._included(src, [n for n, _ in ins])
     if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
     return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin

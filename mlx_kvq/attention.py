@@ -354,14 +354,15 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     return True
 
 _KERNELS = {}
-def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None):
+def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None, pack=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `scr` (its partials and
     row counters, `_scratch_source`) and `out` instead;
     with `tail` = (key dim, stage capacity, key spec, value spec, write) it quantizes and merges a cache's staged tokens
-    too: inputs `qx`, `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
-    `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`)"""
-    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail)
+    too: inputs `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
+    `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`).
+    `pack` ((name, offset) pairs, `_packed`): those constant inputs read from one float32 input `cst` at their offsets"""
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail, pack)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
@@ -372,12 +373,35 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), ['scr', 'out']
         if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['sko', 'svo']
+        if pack: src, ins = _pack_defines(pack) + src, _packed_names(ins, pack)
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
     return _KERNELS[key]
 
-_TAIL_INPUTS = ['qx', 'tk', 'tv', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
+_TAIL_INPUTS = ['tk', 'tv', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
+_TAIL_CONSTANTS = _TAIL_INPUTS[2:]
+
+def _packed(consts):
+    """(pack, array) of a kernel's constant float32 inputs ((name, array) pairs) as one input: `pack` their (name, offset)
+    pairs, each at a 4-float boundary (16-byte loads stay aligned), `array` their values one after another as one
+    device constant. A folded decode call takes about 14 fewer inputs so (each input costs the host ~0.3 us a call on
+    the H200, 03a "What a call costs the host")"""
+    spec, pieces, off = [], [], 0
+    for nm, x in consts:
+        a = np.array(x, np.float32).reshape(-1)
+        spec.append((nm, off)); pad = -a.size % 4
+        pieces += [a, np.zeros(pad, np.float32)]; off += a.size + pad
+    return tuple(spec), device_constant(np.concatenate(pieces))
+
+def _pack_defines(pack):
+    "Source lines naming each packed constant as its place in `cst` (`_packed`): pointers the body reads as it read the inputs"
+    return ''.join(f"const float* const {nm} = cst + {off};\n" for nm, off in pack)
+
+def _packed_names(names, pack):
+    "A kernel's input names with its packed constants replaced by one input, `cst`"
+    packed = {nm for nm, _ in pack}
+    return [nm for nm in names if nm not in packed] + ['cst']
 
 def _fold_inputs(finish):
     "The inputs a finish adds to the kernel that finishes the attention (the combine or the folded decode kernel)"
@@ -663,9 +687,15 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
                  **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
-    folded = _get_kernel(kplan, vplan, G, backend, qprep, half, fin)[0] if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0 else None
+    fconsts = list(const.items()) + list(zip(_fold_inputs(fin), extra))   # the folded kernels' constants, packed as one input (`_packed`)
+    folded = None
+    if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0:
+        fpack, fcst = _packed(fconsts)
+        folded, fnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, pack=fpack)
+        fbase, (fiq, fim, fimask), fparts_at = _input_slots(kplan, vplan, fnames, {'cst': fcst})
+        ficnt = fnames.index('cnt')
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
-    tails = {}       # (stage capacity, write) -> (the folded kernel that quantizes and merges staged tokens too, its input list with every constant in place), built on the first such call
+    tails = {}       # (stage capacity, write) -> (the folded kernel that quantizes and merges staged tokens too, its input list with the constants in place, the positions it fills), built on the first such call
     ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), `call_of` their chunks, a writing call's output shapes), made when n changes
     seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
@@ -675,9 +705,6 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     cnt = [mx.zeros((_AK._ncp(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
     FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
-    at_cnt = len(names)   # positions in a staged call's inputs: names, cnt, extra, then `_TAIL_INPUTS`
-    at_qx = len(names) + 1 + len(extra); at_tk, at_tv = at_qx + 1, at_qx + 2
-    at_nk = at_qx + len(_TAIL_INPUTS); at_nv = at_nk + 1   # a writing call's step token (after the tail's inputs)
     FODTW = FODT + [queries.dtype, queries.dtype]
     def step_meta(n, m):
         "(`meta` row, chunks) of a call over n tokens (m: with a mask), from the launcher's own table of META_ROWS token counts"
@@ -701,9 +728,12 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
         consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
                                                                        if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
-        ins = list(base) + [None, *extra, None, None, None, *consts] + ([None, None] if w else [])
-        ins[imask] = _mask_input(None, B, 0)
-        return _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w))[0], ins
+        pack, cst = _packed(fconsts + list(zip(_TAIL_CONSTANTS, consts)))
+        kern, tnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w), pack)
+        ins, (i_q, i_m, i_mask), pat = _input_slots(kplan, vplan, tnames, {'cst': cst})
+        ins[i_mask] = _mask_input(None, B, 0)
+        at = [tnames.index(nm) for nm in ('cnt', 'tk', 'tv')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
+        return kern, ins, (i_q, i_m, *at), pat
     def staged(q, kp, vp, n, sk, sv, T, kc, vc, nk=None, nv=None):
         """Output of a call over n stored and the first T staged tokens of the staging buffers sk, sv (codecs kc, vc), or
         None where the folded kernel cannot take it. With nk, nv (this step's key and value, (B, Hkv, 1, D), not in the
@@ -728,13 +758,12 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         tk = tails.get((cap, w))
         if tk is None: tk = tails[(cap, w)] = tail_kernel(cap, kc, vc, w)
         if tk is False: return None
-        qc = mx.contiguous(q)
-        ins = tk[1][:]
-        ins[iq] = ins[at_qx] = qc; ins[im] = t[1][T]; ins[at_tk] = sk; ins[at_tv] = sv
-        for i, s_, j in parts_at: ins[i] = (kp, vp)[s_][j]
-        if w: ins[at_nk] = nk; ins[at_nv] = nv
+        ins, at = tk[1][:], tk[2]
+        ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sk; ins[at[4]] = sv
+        for i, s_, j in tk[3]: ins[i] = (kp, vp)[s_][j]
+        if w: ins[at[5]] = nk; ins[at[6]] = nv
         with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-            ins[at_cnt] = cnt[0]
+            ins[at[2]] = cnt[0]
             res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[3] if w else call[2], output_dtypes=FODTW if w else FODT)
             cnt[0] = res[0]
         return (res[1], res[2], res[3]) if w else res[1]
@@ -744,16 +773,19 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             return None if mask is not None else staged(q, kp, vp, n, *tail)
         meta, S = step_meta(n, mask is not None)
         grid, fk, shapes = call_of(S, 0 if mask is None else -1)
-        ins = list(base)
-        qc = mx.contiguous(q) if not kdense else None
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
-                   output_dtypes=[mx.float32])[0] if kdense else qc
+                   output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
+        if fk is not None:    # one launch: the decode kernel finishes the attention
+            ins = list(fbase)
+            ins[fiq], ins[fim], ins[fimask] = qin, meta, _mask_input(mask, B, n)
+            for i, s_, j in fparts_at: ins[i] = sides[s_][j]
+            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+                ins[ficnt] = cnt[0]
+                cnt[0], out = fk(inputs=ins, grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
+            return out
+        ins = list(base)
         ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)
         for i, s_, j in parts_at: ins[i] = sides[s_][j]
-        if fk is not None:    # one launch: the decode kernel finishes the attention
-            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
-                cnt[0], out = fk(inputs=ins + [cnt[0], *extra], grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
-            return out
         o, ml = kernel(inputs=ins, grid=grid, threadgroup=TG, output_shapes=shapes, output_dtypes=PODT)
         out, _ = comb(inputs=[o, ml, meta, *extra], grid=(R * G * ct, 1, 1), threadgroup=(ct, 1, 1),
                       output_shapes=[(B, Hq, 1, Dv), (R, G, 2)], output_dtypes=[q.dtype, mx.float32], template=TPL)

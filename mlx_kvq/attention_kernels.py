@@ -598,7 +598,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     own arithmetic (`packing._QROT_CUDA`, `_QNORM_CUDA`, `_QCODE_CUDA`: the same text, IEEE intrinsics throughout): a
     warp per token and side gives the codes and the float16-rounded norm the cache's pair kernel will store when the
     stage is quantized, so a staged token is attended exactly as it will be once stored, and a staging cache answers
-    as one that quantizes every step (and as a batch cache). A warp per head rotates its raw query `qx` (signs `sgk`,
+    as one that quantizes every step (and as a batch cache). A warp per head rotates its raw query `q` (signs `sgk`,
     butterflies, 1/sqrt(D), times `tsc`). Scores (thread per head and token): rotated query . centroids `cek` of the
     codes, times the norm, on the scale of the quantized part's; a warp per head finds their max m and weights
     e^(s - m) (sum l) and the log-sum-exp coefficients: with M the larger of m and the quantized max Mq,
@@ -640,14 +640,14 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
 """
     if kkind == 'turbo':
         qprep = f"""                constexpr int E = TD / 32, N = TD;
-                const T* const xr = qx + ((long)r * G + task) * TD;
+                const T* const xr = q + ((long)r * G + task) * TD;
                 const float* const signs = sgk;
                 float v[E];
 {_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
 """
         kdot = "for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];\n            tw[g * TC + t] = s * tn[t];"
     else:
-        qprep = """                for (int d = lane; d < TD; d += 32) tq[task * TD + d] = (float)qx[((long)r * G + task) * TD + d] * tsc[0];
+        qprep = """                for (int d = lane; d < TD; d += 32) tq[task * TD + d] = (float)q[((long)r * G + task) * TD + d] * tsc[0];
 """
         kdot = f"const float* const ka = tn + t * {KN};\n            for (int d = 0; d < TD; ++d) s += qg[d] * ((float)kc[d] * ka[2 * (d / {kgs})] + ka[2 * (d / {kgs}) + 1]);\n            tw[g * TC + t] = s;"
     vterm = ("tn[TC * KN + t] * cev[tvc[t * TV + e]]" if vkind == 'turbo' else
