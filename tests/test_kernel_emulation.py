@@ -73,6 +73,23 @@ def test_folded_final_path(case, monkeypatch):
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, mma, lpch_min, masked)
 
+def test_packed_constants(monkeypatch):
+    """A folded call's constants as one input (`attention._packed`): each at a 4-float boundary (the dense finish reads
+    `vmap` / `vmean` 16 bytes at a time), its values at its offset, the kernel's names for them pointers into `cst`; a
+    kernel reading a constant one slot off answers wrong (the emulated folded path against its reference)"""
+    import numpy as np
+    pack, arr = A._packed([('a', mx.arange(3).astype(mx.float32)), ('b', np.arange(5, dtype=np.float32) + 10), ('c', np.array([7.0]))])
+    assert pack == (('a', 0), ('b', 4), ('c', 12)) and arr.dtype == mx.float32 and arr.size == 16
+    got = np.array(arr)
+    assert got[:3].tolist() == [0, 1, 2] and got[4:9].tolist() == [10, 11, 12, 13, 14] and got[12] == 7
+    assert A._packed_names(['q', 'a', 'meta', 'c', 'cnt'], pack) == ['q', 'meta', 'cnt', 'cst']
+    assert A._pack_defines(pack).splitlines() == ['const float* const a = cst + 0;', 'const float* const b = cst + 4;', 'const float* const c = cst + 12;']
+    kc, vc, D = TurboCodec(4), TurboCodec(4, seed=1), 64
+    assert E.check_final(kc, vc, 1, 2, 4, D, 700, False, fold=True) <= E.final_tolerance(kc, vc, 4, D)
+    defines = A._pack_defines
+    monkeypatch.setattr(A, '_pack_defines', lambda pk: defines(tuple((nm, off + (nm == 'vsg')) for nm, off in pk)))   # the value signs read one float off
+    assert E.check_final(kc, vc, 1, 2, 4, D, 700, False, fold=True) > 10 * E.final_tolerance(kc, vc, 4, D)
+
 def test_block_merge(monkeypatch):
     """`BMERGE`: each block of the folded lean kernel carries one softmax across the chunks it serves and stores one
     partial, the fold merges one partial per block: short chunks, 2-3 chunks per block (some blocks with fewer), masked
