@@ -44,7 +44,7 @@ def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
         k, v = c.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
         deferred = c._pend is not None   # the token left for the decode kernel to write (`CodecKVCache._defer`)
         out = c.attend(q, k, v, scale=D ** -0.5)
-        deferred = deferred and c._pend is None and c._stage_k is k.staged   # ... and written by it (the buffers its call returned)
+        deferred = deferred and c._pend is None and c._stage is k.stage_buf   # ... and written by it (the buffer its call returned)
         pk, pv = p.update_and_fetch(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
         outp = p.attend(q, pk, pv, scale=D ** -0.5)
         tail = A._staged_tail(k, v)

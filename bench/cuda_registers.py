@@ -95,8 +95,8 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'float')] + [(n, 'float') for n in _fold_inputs(fin)], [('scr', 'float'), ('out', '__half')]
-    if fin and tail: ins = ins + [('tk', '__half'), ('tv', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
-    if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('sko', '__half'), ('svo', '__half')]
+    if fin and tail: ins = ins + [('ts', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
+    if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('so', '__half')]
     if fin:   # the folded kernels' constants as the launcher packs them (`attention._packed`), offsets 4 floats apart here
         consts = ['ktab', 'vtab'] + (['qsc', 'qsg'] if qprep else []) + _fold_inputs(fin) + (_TAIL_CONSTANTS if tail else [])
         pack = tuple((nm, 4 * i) for i, nm in enumerate(consts))

@@ -46,7 +46,7 @@ def main():
             ks, vs = c.update_and_fetch(*toks[i]); out = c.attend(qs[0], ks, vs, scale=D ** -0.5) if c is tq else \
                 mx.fast.scaled_dot_product_attention(qs[0], ks, vs, scale=D ** -0.5)
             mx.eval(out, c.state)
-    print(f"# staged now: {tq._n_tail()}, stage buffer {None if tq._stage_k is None else tq._stage_k.shape}")
+    print(f"# staged now: {tq._n_tail()}, stage buffer {None if tq._stage is None else tq._stage.shape}")
     print("\n| what | build us/call | submit us/call | wait us/call |\n| --- | ---: | ---: | ---: |")
     row = lambda nm, b, s, w: print(f"| {nm} | {b:.1f} | {s:.1f} | {w:.1f} |", flush=True)
     def updates(c, steps=24, reps=9):

@@ -359,8 +359,8 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `scr` (its partials and
     row counters, `_scratch_source`) and `out` instead;
     with `tail` = (key dim, stage capacity, key spec, value spec, write) it quantizes and merges a cache's staged tokens
-    too: inputs `tk`, `tv`, `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
-    `write`: the step's token too (inputs `nk`, `nv`), and the staging buffers after the step (outputs `sko`, `svo`).
+    too: inputs `ts` (the staging buffer), `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
+    `write`: the step's token too (inputs `nk`, `nv`), and the staging buffer after the step (output `so`).
     `pack` ((name, offset) pairs, `_packed`): those constant inputs read from one float32 input `cst` at their offsets"""
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail, pack)
     if key not in _KERNELS:
@@ -372,15 +372,15 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), ['scr', 'out']
-        if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['sko', 'svo']
+        if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['so']
         if pack: src, ins = _pack_defines(pack) + src, _packed_names(ins, pack)
         name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
         _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
     return _KERNELS[key]
 
-_TAIL_INPUTS = ['tk', 'tv', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
-_TAIL_CONSTANTS = _TAIL_INPUTS[2:]
+_TAIL_INPUTS = ['ts', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
+_TAIL_CONSTANTS = _TAIL_INPUTS[1:]
 
 def _packed(consts):
     """(pack, array) of a kernel's constant float32 inputs ((name, array) pairs) as one input: `pack` their (name, offset)
@@ -558,7 +558,7 @@ def _tail_parts(q, tail):
     codec) for scaled float32 queries q (B, Hkv, G, 1, D): each token as its codec stores it (`encode`, then `decode`:
     the values the cache holds once the stage is quantized), by elementwise products and sums: exact float32 on every
     backend (a GPU's float32 matmul may round its inputs to TF32, 1e-3 off; T is at most a stage)"""
-    tk, tv, T, kc, vc = tail
+    tk, tv, T, kc, vc = tail[:5]
     k, v = (c.decode(c.encode(x[:, :, :T, :]))[:, :, None, None] for c, x in ((kc, tk), (vc, tv)))
     m, l, p = _softmax_partial((mx.expand_dims(q, -2) * k).sum(-1))
     return m, l, (mx.expand_dims(p, -1) * v).sum(-2)
@@ -697,7 +697,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
     tails = {}       # (stage capacity, write) -> (the folded kernel that quantizes and merges staged tokens too, its input list with the constants in place, the positions it fills), built on the first such call
     ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), `call_of` their chunks, a writing call's output shapes), made when n changes
-    seen = [(None, None, 0)]   # (the staging buffers last checked (their dtype and head dims), their capacity)
+    seen = [(None, 0)]   # (the staging buffer last checked (its dtype and head dims), its capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
@@ -705,7 +705,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     cnt = [mx.zeros((_AK._ncp(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
     FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
-    FODTW = FODT + [queries.dtype, queries.dtype]
+    FODTW = FODT + [queries.dtype]
     def step_meta(n, m):
         "(`meta` row, chunks) of a call over n tokens (m: with a mask), from the launcher's own table of META_ROWS token counts"
         if not META_ROWS: return _step(n, R, G, Hkv, m, VDP)
@@ -732,18 +732,18 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         kern, tnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w), pack)
         ins, (i_q, i_m, i_mask), pat = _input_slots(kplan, vplan, tnames, {'cst': cst})
         ins[i_mask] = _mask_input(None, B, 0)
-        at = [tnames.index(nm) for nm in ('cnt', 'tk', 'tv')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
+        at = [tnames.index(nm) for nm in ('cnt', 'ts')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
         return kern, ins, (i_q, i_m, *at), pat
-    def staged(q, kp, vp, n, sk, sv, T, kc, vc, nk=None, nv=None):
-        """Output of a call over n stored and the first T staged tokens of the staging buffers sk, sv (codecs kc, vc), or
-        None where the folded kernel cannot take it. With nk, nv (this step's key and value, (B, Hkv, 1, D), not in the
-        buffers yet): the T-th staged token is theirs, and the result is (output, staging keys, staging values after
-        the step), the buffers written by the kernel (`_tail_source`, `WRITE`)"""
+    def staged(q, kp, vp, n, sb, T, kc, vc, nk=None, nv=None):
+        """Output of a call over n stored and the first T staged tokens of the staging buffer sb (B, Hkv, capacity, D + Dv:
+        each token's key, then its value; codecs kc, vc), or None where the folded kernel cannot take it. With nk, nv
+        (this step's key and value, (B, Hkv, 1, D), not in the buffer yet): the T-th staged token is theirs, and the
+        result is (output, the staging buffer after the step), written by the kernel (`_tail_source`, `WRITE`)"""
         got = seen[0]
-        if sk is not got[0] or sv is not got[1]:   # staging buffers checked once (a stage's buffers keep their shape and dtype)
-            if sk.dtype != q.dtype or sv.dtype != q.dtype or sk.shape[-1] != D or sv.shape[-1] != Dv or sk.shape[-2] != sv.shape[-2] or sk.shape[:2] != (B, Hkv) or sv.shape[:2] != (B, Hkv): return None
-            got = seen[0] = (sk, sv, sk.shape[-2])   # one tuple: a thread reads buffers and capacity together
-        cap = got[2]
+        if sb is not got[0]:   # a staging buffer checked once (a stage's buffer keeps its shape and dtype)
+            if sb.dtype != q.dtype or sb.shape[:2] != (B, Hkv) or sb.shape[-1] != D + Dv: return None
+            got = seen[0] = (sb, sb.shape[-2])   # one tuple: a thread reads buffer and capacity together
+        cap = got[1]
         if not 0 <= T <= cap: return None
         w = nk is not None
         if w and not (T >= 1 and nk.dtype == q.dtype and nv.dtype == q.dtype and nk.shape == (B, Hkv, 1, D) and nv.shape == (B, Hkv, 1, Dv)): return None
@@ -752,25 +752,25 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             row = _meta_row(n, R, G, Hkv, False, VDP)
             call = call_of(row[1], cap)
             t = ttab[cap] = (n, _device_rows(np.array([(*row, x) for x in range(cap + 1)], np.int32)), call,
-                             call and call[2] + [(B, Hkv, cap, D), (B, Hkv, cap, Dv)])
+                             call and call[2] + [(B, Hkv, cap, D + Dv)])
         call = t[2]
         if call is False: return None
         tk = tails.get((cap, w))
         if tk is None: tk = tails[(cap, w)] = tail_kernel(cap, kc, vc, w)
         if tk is False: return None
         ins, at = tk[1][:], tk[2]
-        ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sk; ins[at[4]] = sv
+        ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sb
         for i, s_, j in tk[3]: ins[i] = (kp, vp)[s_][j]
-        if w: ins[at[5]] = nk; ins[at[6]] = nv
+        if w: ins[at[4]] = nk; ins[at[5]] = nv
         with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
             ins[at[2]] = cnt[0]
             res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[3] if w else call[2], output_dtypes=FODTW if w else FODT)
             cnt[0] = res[0]
-        return (res[1], res[2], res[3]) if w else res[1]
+        return (res[1], res[2]) if w else res[1]
     def run(q, kp, vp, n, mask=None, tail=None):
         sides = (kp, vp)
-        if tail is not None:   # (staged keys, staged values, T, key codec, value codec): only the folded kernel that merges them serves it
-            return None if mask is not None else staged(q, kp, vp, n, *tail)
+        if tail is not None:   # (staged keys, staged values, T, key codec, value codec, staging buffer): only the folded kernel that merges them serves it
+            return None if mask is not None or tail[5] is None else staged(q, kp, vp, n, tail[5], *tail[2:5])
         meta, S = step_meta(n, mask is not None)
         grid, fk, shapes = call_of(S, 0 if mask is None else -1)
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
@@ -822,23 +822,27 @@ def staged_runner(queries, keys, values, scale):
     """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: (read, write), launching as
     `_fast_final` does without looking the launcher up again (`CodecKVCache.attend` holds them for the rest of a stage:
     the stored tokens, the sides' codecs and the query's shape stay); else None.
-    read(queries, key storage, value storage, n, staged keys, staged values, T) -> output over the first T staged tokens;
-    write(..., T, key, value) -> (output, staged keys, staged values): the T-th staged token is this step's key and value,
-    which the kernel writes into the buffers it returns (the cache's update then makes no op); both None where the
-    launcher cannot take the call"""
+    read(queries, key storage, value storage, n, staging buffer, T) -> output over the first T staged tokens;
+    write(..., T, key, value) -> (output, staging buffer): the T-th staged token is this step's key and value, which the
+    kernel writes into the buffer it returns (the cache's update then makes no op); both None where the launcher cannot
+    take the call"""
     got = _served(queries, keys, values, scale)
-    if got is None or got[4] is None: return None
+    if got is None or got[4] is None or got[4][5] is None: return None
     st, kc, vc = got[0].staged, got[4][3], got[4][4]
-    return (lambda q, kp, vp, n, sk, sv, T: st(q, kp, vp, n, sk, sv, T, kc, vc),
-            lambda q, kp, vp, n, sk, sv, T, nk, nv: st(q, kp, vp, n, sk, sv, T, kc, vc, nk, nv))
+    return (lambda q, kp, vp, n, sb, T: st(q, kp, vp, n, sb, T, kc, vc),
+            lambda q, kp, vp, n, sb, T, nk, nv: st(q, kp, vp, n, sb, T, kc, vc, nk, nv))
 
 def _staged_tail(keys, values):
-    """(staged keys, staged values, T, key codec, value codec) where both sides' tail is the first T tokens of a cache's
-    staging buffers (`CachedSide.staged`, T > 0), else None"""
+    """(staged keys, staged values, T, key codec, value codec, staging buffer) where both sides' tail is the first T
+    tokens of a cache's staging buffer (`CachedSide.staged`: its key and value columns, T > 0), else None; the buffer
+    (`CachedSide.stage_buf`, which the folded kernel reads) is None where the sides do not share one"""
     sk, sv = keys.staged, values.staged
     if sk is None or sv is None or keys.tail is None or values.tail is None: return None
     T = keys.tail.shape[-2]
-    return (sk, sv, T, keys.codec, values.codec) if 0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2] else None
+    if not (0 < T == values.tail.shape[-2] and T <= sk.shape[-2] and sk.shape[-2] == sv.shape[-2]): return None
+    sb = keys.stage_buf
+    if sb is None or sb is not values.stage_buf or sb.shape[-1] != sk.shape[-1] + sv.shape[-1]: sb = None
+    return (sk, sv, T, keys.codec, values.codec, sb)
 
 _STAGE_CAPS = {}   # (id(key codec), id(value codec)) -> (codecs, the stage capacity their folded kernel takes): `stage_capacity`
 

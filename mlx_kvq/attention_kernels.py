@@ -593,8 +593,8 @@ def _fold_ok(S, G, VDP, tail=None):
 def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; per side a turbo codec with one
     Walsh-Hadamard block, `KSPEC` / `VSPEC` its bits, or an affine one, ('affine', bits, group size): `_tail_side`), between merging the row's quantized partials into `xs` (rotated, normalized, max
-    `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (inputs `tk`, `tv`: the staging
-    buffers (B, Hkv, CAP, D), as the cache holds them, in the model's dtype) are **quantized here** by the quantize kernel's
+    `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (input `ts`: the cache's staging
+    buffer (B, Hkv, CAP, D + Dv), each token's key then its value, in the model's dtype) are **quantized here** by the quantize kernel's
     own arithmetic (`packing._QROT_CUDA`, `_QNORM_CUDA`, `_QCODE_CUDA`: the same text, IEEE intrinsics throughout): a
     warp per token and side gives the codes and the float16-rounded norm the cache's pair kernel will store when the
     stage is quantized, so a staged token is attended exactly as it will be once stored, and a staging cache answers
@@ -611,10 +611,10 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     same float operations and rounding, codes min(round((x - bias) / scale), 2^bits - 1)), its scale and bias rounded to
     the model's dtype and then to float16 as `AffineCodec` stores them, CAP x 2 x (groups) floats in place of the
     norms; its queries are not rotated (times `tsc` only), a key's score is q . (code scale + bias), a value's term
-    code scale + bias, in the plain space the 'plain' finish writes. `WRITE`: the step's own token is not in the staging buffers yet (inputs `nk`, `nv`:
-    (B, Hkv, 1, D), read by their strides); the kernel writes the buffers as they are after the step (outputs `sko`,
-    `svo`: the held tokens, the step's token at meta[8] - 1, the rest copied as it was) and quantizes the staged tokens
-    from them: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
+    code scale + bias, in the plain space the 'plain' finish writes. `WRITE`: the step's own token is not in the staging buffer yet (inputs `nk`, `nv`:
+    (B, Hkv, 1, D), read by their strides); the kernel writes the buffer as it is after the step (output `so`: the held
+    tokens, the step's token at meta[8] - 1, the rest copied as it was; one output for both sides, each output costing
+    the host ~3.3 us a call) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     kkind, _, kgs, KN = _tail_side(KSPEC, D)
     vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
     def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it
@@ -652,17 +652,14 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
         kdot = f"const float* const ka = tn + t * {KN};\n            for (int d = 0; d < TD; ++d) s += qg[d] * ((float)kc[d] * ka[2 * (d / {kgs})] + ka[2 * (d / {kgs}) + 1]);\n            tw[g * TC + t] = s;"
     vterm = ("tn[TC * KN + t] * cev[tvc[t * TV + e]]" if vkind == 'turbo' else
              f"((float)tvc[t * TV + e] * tn[TC * KN + t * VN + 2 * (e / {vgs})] + tn[TC * KN + t * VN + 2 * (e / {vgs}) + 1])")
-    src_k, src_v = ("sko", "svo") if WRITE else ("tk", "tv")
-    write = f"""        {{   // the staging buffers after this step: the held tokens, this step's (nk, nv, by their strides) at TT - 1
+    src = "so" if WRITE else "ts"
+    write = f"""        {{   // the staging buffer after this step: the held tokens, this step's (nk, nv, by their strides) at TT - 1
             const int wb = r / meta[2], wh = r - wb * meta[2];
             const long nko = wb * nk_strides[0] + wh * nk_strides[1], nvo = wb * nv_strides[0] + wh * nv_strides[1];
-            for (int i = tid; i < TC * TD; i += {NT}) {{
-                const int t = i / TD;
-                sko[(long)r * TC * TD + i] = t == TT - 1 ? nk[nko + (i - t * TD) * nk_strides[3]] : tk[(long)r * TC * TD + i];
-            }}
-            for (int i = tid; i < TC * TV; i += {NT}) {{
-                const int t = i / TV;
-                svo[(long)r * TC * TV + i] = t == TT - 1 ? nv[nvo + (i - t * TV) * nv_strides[3]] : tv[(long)r * TC * TV + i];
+            for (int i = tid; i < TC * (TD + TV); i += {NT}) {{
+                const int t = i / (TD + TV), e = i - t * (TD + TV);
+                so[(long)r * TC * (TD + TV) + i] = t != TT - 1 ? ts[(long)r * TC * (TD + TV) + i]
+                                                 : e < TD ? nk[nko + e * nk_strides[3]] : nv[nvo + (e - TD) * nv_strides[3]];
             }}
         }}
         KVQ_SYNC();
@@ -680,9 +677,9 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
             if (task < G) {{                     // head `task`'s query, as the keys' codes take it
 {qprep}            }} else if (task < G + TT) {{         // staged key t
                 const int t = task - G;
-{quant(KSPEC, D, src_k + " + ((long)r * TC + t) * TD", "sgk", "bnk", "(tkc + t * TD)", "(tn + t * KN)")}            }} else {{                               // staged value t
+{quant(KSPEC, D, src + " + ((long)r * TC + t) * (TD + TV)", "sgk", "bnk", "(tkc + t * TD)", "(tn + t * KN)")}            }} else {{                               // staged value t
                 const int t = task - G - TT;
-{quant(VSPEC, Dv, src_v + " + ((long)r * TC + t) * TV", "sgv", "bnv", "(tvc + t * TV)", "(tn + TC * KN + t * VN)")}            }}
+{quant(VSPEC, Dv, src + " + ((long)r * TC + t) * (TD + TV) + TD", "sgv", "bnv", "(tvc + t * TV)", "(tn + TC * KN + t * VN)")}            }}
         }}
         KVQ_SYNC();
         for (int i = tid; i < G * TT; i += {NT}) {{

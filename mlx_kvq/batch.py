@@ -94,7 +94,7 @@ class BatchQuantizedKVCache(BatchKVCache):
 def _single_parts(c):
     """(keys Parts, values Parts, n tokens) of a CodecKVCache whose tokens are all quantized; a staging cache's staged
     tokens (`CodecKVCache.stage`, CUDA) are quantized tokens: encoded here, after the stored ones, as its `state` saves them"""
-    if c.sink or c.window or c._n_sink() or (c._n_tail() and c._stage_k is None):
+    if c.sink or c.window or c._n_sink() or (c._n_tail() and c._stage is None):
         raise ValueError(f"{type(c).__name__} with exact sink/window/unquantized tokens (sink={c.sink}, window={c.window}, "
                          f"quantized_kv_start={c.quantized_kv_start}) cannot be batched: use sink=0, window=0, quantized_kv_start=0")
     k, v, n = c._quantized()

@@ -136,8 +136,9 @@ class CachedSide:
     `staged`: where the `tail` is the first tokens of a cache's staging buffer (B, H, capacity, D), that buffer (the
     decode kernels read it whole; `CodecKVCache.stage`). Staged tokens are held in the model's dtype but are quantized
     tokens: every reader takes them as the codec stores them (`encode`; the decode kernel quantizes them itself, by
-    the same arithmetic), so staging never changes an answer."""
-    staged = None
+    the same arithmetic), so staging never changes an answer. `stage_buf`: the cache's one staging buffer both sides'
+    `staged` are the columns of (B, H, capacity, key dim + value dim), which the decode kernel reads."""
+    staged = stage_buf = None
     def __init__(self, codec, head=None, parts=None, tail=None, n=None):
         self.codec, self.head, self.tail = codec, head, tail
         self.storage, self._n = parts, n

@@ -50,11 +50,6 @@ def _stage_size(stage):
                          f"model's dtype before one launch quantizes them together; 0 turns staging off), got {stage!r}")
     return stage
 
-_AT = [(slice(None), slice(None), slice(t, t + 1)) for t in range(64)]     # a staged token's place in the stage, by position
-_UPTO = [(slice(None), slice(None), slice(0, t)) for t in range(65)]        # the first t staged tokens
-
-def _at(t): return _AT[t] if t < len(_AT) else (slice(None), slice(None), slice(t, t + 1))
-def _upto(t): return _UPTO[t] if t < len(_UPTO) else (slice(None), slice(None), slice(0, t))
 
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
@@ -65,17 +60,22 @@ class _DeferredSide(CachedSide):
     (`staged`) and `tail` (the buffer's first T tokens) are those after the write. Read before the kernel ran (another
     attention path, a file, a trim), they write the token first (`CodecKVCache._settle`), so every reader sees what
     a cache that writes at update time holds"""
-    def __init__(self, cache, codec, head, parts, n, T):
+    def __init__(self, cache, codec, head, parts, n, T, cols):
         self.codec, self.head, self.storage, self._n, self._parts = codec, head, parts, n, None
-        self._cache, self._T, self._buf, self._tail = cache, T, None, None
+        self._cache, self._T, self._sbuf, self._cols, self._buf, self._tail = cache, T, None, cols, None, None
+    @property
+    def stage_buf(self):
+        if self._sbuf is None: self._cache._settle()
+        return self._sbuf
     @property
     def staged(self):
-        if self._buf is None: self._cache._settle()
-        return self._buf
+        b = self._buf
+        if b is None: b = self._buf = self.stage_buf[self._cols]
+        return b
     @property
     def tail(self):
         t = self._tail
-        if t is None: t = self._tail = self.staged[_upto(self._T)]
+        if t is None: t = self._tail = self.stage_buf[:, :, :self._T, self._cols[3]]
         return t
 
 # %% ../nbs/02a_qcache.ipynb #4f8511fc
@@ -105,7 +105,7 @@ class CodecKVCache(_BaseCache):
         self.tail_keys = self.tail_values = None     # (B, H, <=window, D) exact (everything before start)
         self.keys = self.values = None               # codec parts, capacity grows by `step`
         self.n_quantized = 0
-        self._stage_k = self._stage_v = None         # staging buffers (B, H, stage, D) while decode steps stage (the tail is their first tokens)
+        self._stage = None   # the staging buffer (B, H, stage, key dim + value dim: a token's key, then its value) while decode steps stage (the tail is its first tokens)
         self._hot = self._sides = self._stage_run = self._pend = None
 
     def _tail(attr):
@@ -119,10 +119,12 @@ class CodecKVCache(_BaseCache):
     del _tail
 
     def _untail(self):
-        "The staged tail sliced from the staging buffers (made when first read: a decode step that defers its write makes no slice)"
-        at = _upto(self._nst)
-        if self._tk is _LAZY: self._tk = self._stage_k[at]
-        if self._tv is _LAZY: self._tv = self._stage_v[at]
+        "The staged tail sliced from the staging buffer (made when first read: a decode step that defers its write makes no slice)"
+        T, (kc, vc) = slice(0, self._nst), self._cols
+        if self._tk is _LAZY: self._tk = self._stage[:, :, T, kc[3]]
+        if self._tv is _LAZY: self._tv = self._stage[:, :, T, vc[3]]
+
+    _cols = None   # the key and the value columns of the staging buffer, as indices: (:, :, :, :D), (:, :, :, D:)
 
     # -- storage --------------------------------------------------------------------------------
     def _n_sink(self): return 0 if self.sink_keys is None else self.sink_keys.shape[-2]
@@ -173,7 +175,7 @@ class CodecKVCache(_BaseCache):
             self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
         n = keys.shape[-2]
         if (not self.window and self.offset >= self.quantized_kv_start and self.tail_keys is not None
-                and (self.tail_keys.shape[-2] == 0 or self._stage_k is not None) and self._n_sink() >= self.sink):
+                and (self.tail_keys.shape[-2] == 0 or self._stage is not None) and self._n_sink() >= self.sink):
             # every token is quantized at once (no window, sink full, tail emptied or staged): what the general path below
             # does, without its slices; or a decode step's token staged (`_stage_token`)
             cap = self._stage_cap() if n == 1 else 0
@@ -211,14 +213,15 @@ class CodecKVCache(_BaseCache):
         first (one launch for the stage's tokens). Every reader takes the staged tokens as quantized (`CachedSide.staged`:
         the decode kernel quantizes them by the quantize kernel's arithmetic), so the answers are those of a cache that
         quantizes each step's token."""
-        T, sk = self._n_tail(), self._stage_k
-        fresh = sk is None or sk.shape[-2] != cap or sk.dtype != keys.dtype or sk.shape[:2] != keys.shape[:2]
+        T, sb, D = self._n_tail(), self._stage, keys.shape[-1]
+        fresh = (sb is None or sb.shape[-2] != cap or sb.dtype != keys.dtype or sb.shape[:2] != keys.shape[:2]
+                 or self._cols[0][3].stop != D or sb.shape[-1] != D + values.shape[-1])
         if T and (fresh or T >= cap):   # a full stage (or one of another shape): its tokens quantized, in order
             self._append_quantized(self.tail_keys, self.tail_values); T = 0
         if fresh:
             B, H = keys.shape[:2]
-            self._stage_k = mx.zeros((B, H, cap, keys.shape[-1]), keys.dtype)
-            self._stage_v = mx.zeros((B, H, cap, values.shape[-1]), values.dtype)
+            self._stage = mx.zeros((B, H, cap, D + values.shape[-1]), keys.dtype)
+            self._cols = tuple((slice(None), slice(None), slice(None), c) for c in (slice(0, D), slice(D, None)))
         self._stage_run = None   # asked again on this stage's first attention call
         out = self._stage_next(keys, values, T)
         self._hot = (keys.shape, values.shape, keys.dtype, self.stage, cap)
@@ -229,17 +232,22 @@ class CodecKVCache(_BaseCache):
         `update_and_fetch` comes here straight from a step like the last staged one (`_hot`: same shapes, dtype and
         `stage`; what `check_update` and the staging conditions accepted then holds for it), so a stage in progress is
         filled before the cache asks again whether to stage (`_stage_cap`, when it is full)"""
-        at = _at(T)
-        self._stage_k[at] = keys; self._stage_v[at] = values
-        at = _upto(T + 1)
-        sk, sv = self._stage_k, self._stage_v
-        self.tail_keys, self.tail_values = sk[at], sv[at]
+        self._write(keys, values, T)
+        kc, vc = self._cols
+        sb, at = self._stage, slice(0, T + 1)
+        self.tail_keys, self.tail_values = sb[:, :, at, kc[3]], sb[:, :, at, vc[3]]
         n = self.n_quantized
         ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
                   CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
-        ks.staged, vs.staged = sk, sv
+        ks.staged, vs.staged, ks.stage_buf, vs.stage_buf = sb[kc], sb[vc], sb, sb
         self._sides = (ks, vs)
         return ks, vs
+
+    def _write(self, keys, values, T):
+        "A token's key and value written at place T of the staging buffer: two slice updates"
+        kc, vc = self._cols
+        at = slice(T, T + 1)
+        self._stage[:, :, at, kc[3]] = keys; self._stage[:, :, at, vc[3]] = values
 
     def _defer(self, keys, values, T):
         """A staged decode step (as `_stage_next`) whose token the decode kernel writes: this stage's attention calls
@@ -248,39 +256,39 @@ class CodecKVCache(_BaseCache):
         is pending (`_pend`): anything that reads the cache or these sides otherwise writes it first (`_settle`)"""
         self._pend = (keys, values, T)
         n = self.n_quantized
-        ks, vs = (_DeferredSide(self, self.k_codec, self.sink_keys, self.keys if n else None, n, T + 1),
-                  _DeferredSide(self, self.v_codec, self.sink_values, self.values if n else None, n, T + 1))
+        ks, vs = (_DeferredSide(self, self.k_codec, self.sink_keys, self.keys if n else None, n, T + 1, self._cols[0]),
+                  _DeferredSide(self, self.v_codec, self.sink_values, self.values if n else None, n, T + 1, self._cols[1]))
         self._sides = (ks, vs)
         return ks, vs
 
     def _settle(self):
-        "Write the pending token (`_defer`) to the staging buffers as `_stage_next` would have: two slice updates"
+        "Write the pending token (`_defer`) to the staging buffer as `_stage_next` would have: two slice updates"
         p = self._pend
         if p is None: return
         self._pend = None
-        k, v, T = p
-        at = _at(T)
-        self._stage_k[at] = k; self._stage_v[at] = v
-        self._staged(T + 1)
+        self._write(*p)
+        self._staged(p[2] + 1)
 
     def _staged(self, T):
-        "The staging buffers now hold T tokens (the tail, sliced when read), and so do the deferred sides of this step"
+        "The staging buffer now holds T tokens (the tail, sliced when read), and so do the deferred sides of this step"
         self._tk = self._tv = _LAZY; self._nst = T
         s = self._sides
-        if s is not None and type(s[0]) is _DeferredSide: s[0]._buf, s[1]._buf = self._stage_k, self._stage_v
+        if s is not None and type(s[0]) is _DeferredSide: s[0]._sbuf = s[1]._sbuf = self._stage
 
     def _unstage(self):
         "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
         self._hot = self._sides = self._stage_run = None
         self.tail_keys, self.tail_values = self.tail_keys[..., :0, :], self.tail_values[..., :0, :]
-        self._stage_k = self._stage_v = None
+        self._stage = None
 
     def _fetch(self):
         if self._pend is not None: self._settle()
         n = self.n_quantized
         ks, vs = (CachedSide(self.k_codec, self.sink_keys, self.keys if n else None, self.tail_keys, n=n),
                   CachedSide(self.v_codec, self.sink_values, self.values if n else None, self.tail_values, n=n))
-        if self._stage_k is not None and self._n_tail(): ks.staged, vs.staged = self._stage_k, self._stage_v
+        if self._stage is not None and self._n_tail():
+            sb = ks.stage_buf = vs.stage_buf = self._stage
+            ks.staged, vs.staged = sb[self._cols[0]], sb[self._cols[1]]
         return ks, vs
 
     def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
@@ -290,16 +298,16 @@ class CodecKVCache(_BaseCache):
         if p is not None:   # a deferred step: its kernel writes the token (`_defer`), or it is written here first
             if (mask is None and sinks is None and keys is sides[0] and values is sides[1] and queries.shape == r[0]
                     and queries.dtype == r[1] and scale == r[2] and kernel_backend() == 'cuda'):
-                got = r[4](queries, keys.storage, values.storage, keys.n_quantized, self._stage_k, self._stage_v, p[2] + 1, p[0], p[1])
+                got = r[4](queries, keys.storage, values.storage, keys.n_quantized, self._stage, p[2] + 1, p[0], p[1])
                 if got is not None:
                     self._pend = None
-                    out, self._stage_k, self._stage_v = got
+                    out, self._stage = got
                     self._staged(p[2] + 1)
                     return out
             self._settle()
         if (r is not None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]
                 and queries.shape == r[0] and queries.dtype == r[1] and scale == r[2] and r[3] is not None and kernel_backend() == 'cuda'):
-            out = r[3](queries, keys.storage, values.storage, keys.n_quantized, keys.staged, values.staged, keys.tail.shape[-2])
+            out = r[3](queries, keys.storage, values.storage, keys.n_quantized, keys.stage_buf, keys.tail.shape[-2])
             if out is not None: return out
         out = attend(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
         if r is None and mask is None and sinks is None and sides is not None and keys is sides[0] and values is sides[1]:
@@ -334,7 +342,7 @@ class CodecKVCache(_BaseCache):
 
     @property
     def nbytes(self):
-        tail = (self.tail_keys, self.tail_values) if self._stage_k is None else (self._stage_k, self._stage_v)   # staging: the whole buffers
+        tail = (self.tail_keys, self.tail_values) if self._stage is None else (self._stage,)   # staging: the whole buffer
         return _nbytes(self.sink_keys, self.sink_values, *tail, self.keys, self.values)
 
     def bytes_per_token(self, dim):
@@ -366,7 +374,7 @@ class CodecKVCache(_BaseCache):
         tokens encoded as the cache will store them (parts None when n is 0): what `state` saves and a batch takes"""
         n = self.n_quantized
         kp, vp = ([p[..., :n, :] for p in self.keys], [p[..., :n, :] for p in self.values]) if n else (None, None)
-        T = self._n_tail() if self._stage_k is not None else 0
+        T = self._n_tail() if self._stage is not None else 0
         if T:
             ek, ev = self.k_codec.encode(self.tail_keys), self.v_codec.encode(self.tail_values)
             kp = ek if kp is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(kp, ek)]

@@ -331,27 +331,29 @@ def check_staged(kc, vc, B, Hkv, G, D, n, T, cap, seed=0, dtype=mx.float16, stor
     scale. `stored`: against the same launcher's kernel over the T tokens quantized into the storage instead (what the
     cache attends once the stage is stored: equal up to float32 rounding where the kernel's codes are the quantize
     kernel's). The staged keys are scaled up so that they carry much of the weight. None where the launcher does not
-    fold the call. `write`: the T-th staged token is the step's own (`nk`, `nv`, not in the buffers: the launcher's
-    writing call, `_tail_source`'s WRITE), and the buffers the kernel returns must be the given ones with it written
+    fold the call. `write`: the T-th staged token is the step's own (`nk`, `nv`, not in the buffer: the launcher's
+    writing call, `_tail_source`'s WRITE), and the buffer the kernel returns must be the given one with it written
     (else the error is infinite)."""
     mx.random.seed(seed)
     k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
     q = mx.random.normal((B, Hkv * G, 1, D)).astype(dtype)
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     tk, tv = (mx.random.normal((B, Hkv, cap, D)) * 1.5).astype(dtype), mx.random.normal((B, Hkv, cap, D)).astype(dtype)
-    tail = (tk, tv, T, kc, vc)
+    both = lambda a, b: mx.concatenate([a, b], axis=-1)   # the cache's one staging buffer: each token's key, then its value
+    tail = (tk, tv, T, kc, vc, both(tk, tv))
     kparts, vparts = kc.encode(k), vc.encode(v)
     if write:   # the step's key and value (the tail's T-th token) as a model makes them: (B, 1, H, D) transposed
         nk, nv = ((mx.random.normal((B, 1, Hkv, D)) * s).astype(dtype).transpose(0, 2, 1, 3) for s in (1.5, 1.0))
         put = lambda x, y: mx.concatenate([x[:, :, :T - 1], y, x[:, :, T:]], axis=2)
         tail = (put(tk, nk), put(tv, nv), T, kc, vc)
+        tail += (both(*tail[:2]),)
     with _emulated(True):
         _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
         if write:
-            got = run.staged(q, kparts, vparts, n, tk, tv, T, kc, vc, nk, nv)
+            got = run.staged(q, kparts, vparts, n, both(tk, tv), T, kc, vc, nk, nv)
             if got is None: return None
             out = got[0]
-            if not all(x.dtype == y.dtype and mx.array_equal(x, y).item() for x, y in zip(got[1:], tail[:2])): return float('inf')
+            if not (got[1].dtype == tail[5].dtype and mx.array_equal(got[1], tail[5]).item()): return float('inf')
             tk, tv = tail[:2]
         else:
             out = run(q, kparts, vparts, n, None, tail)

@@ -467,7 +467,7 @@ def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     # the writing call: the step's token read from another head's row, or quantized from the buffers given (without it)
     wrong('const long nko = wb * nk_strides[0] + wh * nk_strides[1]', 'const long nko = wb * nk_strides[0]')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) == float('inf')
-    wrong('const T* const xr = sko + ', 'const T* const xr = tk + ')
+    wrong('const T* const xr = so + ', 'const T* const xr = ts + ')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) > 1e-2
 
 @pytest.mark.parametrize('scheme', ['turbo:4', 'affine:4'])

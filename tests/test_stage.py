@@ -69,7 +69,7 @@ def test_a_multi_token_update_quantizes_the_staged_tokens_first(cuda):
     for t in (10, 11):
         for c in (a, b): c.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
     ka, _ = a.update_and_fetch(k[:, :, 12:16], v[:, :, 12:16]); b.update_and_fetch(k[:, :, 12:16], v[:, :, 12:16])
-    assert a.n_quantized == a.offset == 16 and ka.tail.shape[-2] == 0 and ka.staged is None and a._stage_k is None
+    assert a.n_quantized == a.offset == 16 and ka.tail.shape[-2] == 0 and ka.staged is None and a._stage is None
     assert same_quantized(a, b, 16)
 
 
@@ -106,7 +106,7 @@ def test_codecs_the_kernel_cannot_quantize_do_not_stage(cuda):
     k, v = tokens(12)
     a.update_and_fetch(k[:, :, :10], v[:, :, :10])
     ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
-    assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
+    assert a.n_quantized == 11 and ka.staged is None and a._stage is None
 
 
 def test_stage_capacity_of_the_real_kernels():
@@ -158,7 +158,7 @@ def test_no_staging_off_cuda(monkeypatch):
     k, v = tokens(12)
     a.update_and_fetch(k[:, :, :10], v[:, :, :10])
     ka, _ = a.update_and_fetch(k[:, :, 10:11], v[:, :, 10:11])
-    assert a.n_quantized == 11 and ka.staged is None and a._stage_k is None
+    assert a.n_quantized == 11 and ka.staged is None and a._stage is None
 
 
 def test_latent_caches_never_stage(cuda, monkeypatch):
@@ -168,7 +168,7 @@ def test_latent_caches_never_stage(cuda, monkeypatch):
     mx.random.seed(1)
     c.update_and_fetch(mx.random.normal((1, 1, 10, 128)), mx.random.normal((1, 1, 10, 32)))
     c.update_and_fetch(mx.random.normal((1, 1, 1, 128)), mx.random.normal((1, 1, 1, 32)))
-    assert c.n_quantized == 11 and c._stage_k is None
+    assert c.n_quantized == 11 and c._stage is None
 
 
 @pytest.mark.parametrize('bad', [-1, 2.5, '32', True])
@@ -203,7 +203,7 @@ def test_steps_of_a_stage_in_progress_are_checked_as_any_update(cuda):
     assert a.offset == 13 and a._n_tail() == 3
     a.stage = 0
     ka, _ = a.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14]); b.update_and_fetch(k[:, :, 13:14], v[:, :, 13:14])
-    assert a.n_quantized == a.offset == 14 and ka.staged is None and a._stage_k is None and a._hot is None
+    assert a.n_quantized == a.offset == 14 and ka.staged is None and a._stage is None and a._hot is None
     assert same_quantized(a, b, 14)
 
 
@@ -220,29 +220,30 @@ def test_a_stage_in_progress_is_filled_before_staging_is_asked_again(cuda, monke
         ka, _ = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
         assert ka.staged is not None and a.n_quantized == 10 and same_contents(a, b)
     ka, _ = a.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15]); b.update_and_fetch(k[:, :, 14:15], v[:, :, 14:15])
-    assert a.n_quantized == a.offset == 15 and ka.staged is None and a._stage_k is None
+    assert a.n_quantized == a.offset == 15 and ka.staged is None and a._stage is None
     assert same_quantized(a, b, 15)
 
 
 @pytest.fixture
 def writer(cuda, monkeypatch):
     """A stage's held run as `attention.staged_runner` gives it on CUDA, stood in by MLX ops here: `write` returns the
-    reference attention over the stored tokens and the staging buffers with the step's token put at T - 1, and those
-    buffers (what the folded kernel's writing call returns); the calls are counted"""
+    reference attention over the stored tokens and the staging buffer with the step's token put at T - 1, and that
+    buffer (what the folded kernel's writing call returns); the calls are counted"""
     from mlx_kvq.codecs import CachedSide, codec_attention
     calls = []
     def runner(queries, keys, values, scale):
         kc, vc = keys.codec, values.codec
-        def attend(q, kp, vp, n, sk, sv, T):
+        def attend(q, kp, vp, n, sb, T):
+            sk, sv = sb[..., :D], sb[..., D:]   # (the buffer's key and value columns)
             ks, vs = (CachedSide(c, None, p if n else None, s[:, :, :T], n=n) for c, p, s in ((kc, kp, sk), (vc, vp, sv)))
             ks.staged, vs.staged = sk, sv
             return codec_attention(q, ks, vs, scale=scale)
         def read(*a):
             calls.append('read'); return attend(*a)
-        def write(q, kp, vp, n, sk, sv, T, nk, nv):
+        def write(q, kp, vp, n, sb, T, nk, nv):
             calls.append('write')
-            sk, sv = (mx.concatenate([s[:, :, :T - 1], x, s[:, :, T:]], axis=2) for s, x in ((sk, nk), (sv, nv)))
-            return attend(q, kp, vp, n, sk, sv, T), sk, sv
+            sb = mx.concatenate([sb[:, :, :T - 1], mx.concatenate([nk, nv], axis=-1), sb[:, :, T:]], axis=2)
+            return attend(q, kp, vp, n, sb, T), sb
         return read, write
     monkeypatch.setattr(Q, 'staged_runner', runner)
     return calls
