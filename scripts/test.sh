@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install mlx_kvq with everything its tests need, then run them: every notebook (as nbdev-test does)
-# and the tests in tests/. Extra arguments go to pytest, e.g. `bash scripts/test.sh --flags slow`.
+# and the tests in tests/, on KVQ_TEST_WORKERS (default 2) pytest-xdist workers. Extra arguments go to pytest,
+# e.g. `bash scripts/test.sh --flags slow`.
 # `--install-only` stops after installing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,5 @@ python3 -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 
 if [ "${1:-}" = "--install-only" ]; then exit 0; fi
 [ -e "$OPENBLAS" ] && export LD_PRELOAD="$OPENBLAS${LD_PRELOAD:+:$LD_PRELOAD}"
-exec python3 -m pytest "$@"
+# two pytest workers (pytest-xdist): the suite takes about 18 minutes on 2 cores instead of 27 serially
+exec python3 -m pytest -n "${KVQ_TEST_WORKERS:-2}" "$@"
