@@ -39,6 +39,7 @@
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
 #       packcheck / packmodel (the folded kernels' constants packed as one input: staged-kernel checks and decode steps; whole model against .kvq_base, 8 rounds at 32K)
 #       kvbuf  (one staging buffer for a cache's keys and values: staged-kernel checks, decode steps, whole model at 32K against .kvq_base, 24 rounds)
+#       final3 (whole model, turbo:4 / affine:4 / affine:8,4 at 32K and 131K against .kvq_base, 8 rounds)
 #       prefillprof (bench/prefill_profile.py: a 16K prompt in 2048-token chunks, ms per chunk, and one layer's update / attention pieces at a 14K past: about 3 min)
 #       prefillab (prefill_profile.py, the pair routes against the previous ones (SCHEME/previous), fp16 first and last: about 1 min)
 #       prefillncu (bench/prefill_ncu.py: every kernel of one layer's prefill chunk under Nsight Compute, fp16 / turbo:4 / affine:4, each pair route and previous; and bench/check_prefill_pair.py: about 5 min)
@@ -207,6 +208,7 @@ case $part in
   kvbuf) timeout 230 python3 bench/check_staged_cuda.py --cases d128 --out "$O/check" > "$O/check.log" 2>&1; grep SUMMARY "$O/check.log"; grep -c '"same_codes": false' "$O/check.log"
          timeout 150 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 --steps 40 --out "$O/steps" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log"
          timeout 190 python3 bench/stage_served.py --context 32768 --rounds ${ROUNDS:-24} --no-stage0 --baseline .kvq_base --more affine:4 --out "$O/model" > "$O/model.log" 2>&1; grep -E "^\\|" "$O/model.log" ;;
+  final3) timeout 280 python3 bench/stage_served.py --context 32768 131072 --rounds ${ROUNDS:-8} --no-stage0 --baseline .kvq_base --more affine:4 affine:8,4 --out "$O" > "$O/run.log" 2>&1; grep -E "^\\|" "$O/run.log" ;;
   asteps) timeout 200 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O" > "$O/steps.log" 2>&1; tail -1 "$O/steps.log" ;;
   amodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds ${ROUNDS:-3} --no-stage0 --more affine:4 affine:8,4 --unstaged --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
   defermodel) timeout 570 python3 bench/stage_served.py --context ${CTX:-32768 131072} --rounds 3 --no-stage0 --written --baseline .kvq_base --out "$O" > "$O/run.log" 2>&1; grep -E "^\\||^\\{" "$O/run.log" ;;
