@@ -766,7 +766,9 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             ins[at[2]] = cnt[0]
             res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[3] if w else call[2], output_dtypes=FODTW if w else FODT)
             cnt[0] = res[0]
-        return (res[1], res[2]) if w else res[1]
+        if not w: return res[1]
+        seen[0] = (res[2], cap)   # the buffer this layer's next staged call passes: made here, of the shape and dtype checked
+        return res[1], res[2]
     def run(q, kp, vp, n, mask=None, tail=None):
         sides = (kp, vp)
         if tail is not None:   # (staged keys, staged values, T, key codec, value codec, staging buffer): only the folded kernel that merges them serves it
