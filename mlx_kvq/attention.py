@@ -385,8 +385,8 @@ _TAIL_CONSTANTS = _TAIL_INPUTS[1:]
 def _packed(consts):
     """(pack, array) of a kernel's constant float32 inputs ((name, array) pairs) as one input: `pack` their (name, offset)
     pairs, each at a 4-float boundary (16-byte loads stay aligned), `array` their values one after another as one
-    device constant. A folded decode call takes about 14 fewer inputs so (each input costs the host ~0.3 us a call on
-    the H200, 03a "What a call costs the host")"""
+    device constant. A staged writing call takes 13 inputs instead of 26 so (what an input and an output of a custom
+    kernel cost the host: `bench/host_inputs_cuda.py`)"""
     spec, pieces, off = [], [], 0
     for nm, x in consts:
         a = np.array(x, np.float32).reshape(-1)
@@ -546,9 +546,9 @@ def fused_decode_partial(q, kplan, vplan, kparts, vparts, mask, n, half=False, b
 
 def fused_decode(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail=None, backend='cuda'):
     """Attention output (B, Hq, 1, D) of raw `queries` over one quantized segment, every step in the two kernels (by the
-    configuration's launcher); with `tail` = (staged keys, staged values, T, key codec, value codec): also over the
-    first T tokens of a cache's staging buffers (B, Hkv, capacity, D), quantized and merged by the decode kernel's own
-    finish (`_tail_source`) where the call folds, else by the blockwise path (`_tail_blockwise`)"""
+    configuration's launcher); with `tail` = (staged keys, staged values, T, key codec, value codec, staging buffer,
+    `_staged_tail`): also over the first T staged tokens (B, Hkv, capacity, D each side), quantized and merged by the
+    decode kernel's own finish (`_tail_source`) where the call folds, else by the blockwise path (`_tail_blockwise`)"""
     run = _final_launcher(queries, kplan, vplan, kparts, scale, backend)[1]
     out = run(queries, kparts, vparts, n, mask, tail)
     return out if out is not None else _tail_blockwise(queries, kplan, vplan, kparts, vparts, mask, n, scale, tail)

@@ -613,8 +613,8 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     norms; its queries are not rotated (times `tsc` only), a key's score is q . (code scale + bias), a value's term
     code scale + bias, in the plain space the 'plain' finish writes. `WRITE`: the step's own token is not in the staging buffer yet (inputs `nk`, `nv`:
     (B, Hkv, 1, D), read by their strides); the kernel writes the buffer as it is after the step (output `so`: the held
-    tokens, the step's token at meta[8] - 1, the rest copied as it was; one output for both sides, each output costing
-    the host ~3.3 us a call) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
+    tokens, the step's token at meta[8] - 1, the rest copied as it was; one output for both sides: an output costs the host
+    more than an input, `bench/host_inputs_cuda.py`) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     kkind, _, kgs, KN = _tail_side(KSPEC, D)
     vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
     def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it

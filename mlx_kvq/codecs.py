@@ -133,11 +133,11 @@ class CachedSide:
     cache's storage (capacity grown in steps) of which the first `n` tokens are held: `parts` slices them when first read,
     and the decode kernels read the storage itself (`storage`), so a decode step makes no slice. Like the arrays mlx-lm's
     caches return, it is for the attention of the same step: read after the cache changed, it shows the changed storage.
-    `staged`: where the `tail` is the first tokens of a cache's staging buffer (B, H, capacity, D), that buffer (the
-    decode kernels read it whole; `CodecKVCache.stage`). Staged tokens are held in the model's dtype but are quantized
+    `staged`: where the `tail` is the first tokens of a cache's staging buffer, this side's columns of it (B, H,
+    capacity, D; `CodecKVCache.stage`). Staged tokens are held in the model's dtype but are quantized
     tokens: every reader takes them as the codec stores them (`encode`; the decode kernel quantizes them itself, by
-    the same arithmetic), so staging never changes an answer. `stage_buf`: the cache's one staging buffer both sides'
-    `staged` are the columns of (B, H, capacity, key dim + value dim), which the decode kernel reads."""
+    the same arithmetic), so staging never changes an answer. `stage_buf`: the cache's one staging buffer, both sides'
+    columns (B, H, capacity, key dim + value dim), which the decode kernel reads whole."""
     staged = stage_buf = None
     def __init__(self, codec, head=None, parts=None, tail=None, n=None):
         self.codec, self.head, self.tail = codec, head, tail

@@ -53,11 +53,11 @@ def _stage_size(stage):
 
 def _cat(a, b): return b if a is None or a.shape[-2] == 0 else mx.concatenate([a, b], axis=-2)   # no copy after an emptied tail
 
-_LAZY = object()     # a staged tail not sliced from the staging buffers yet (`CodecKVCache.tail_keys`)
+_LAZY = object()     # a staged tail not sliced from the staging buffer yet (`CodecKVCache.tail_keys`)
 
 class _DeferredSide(CachedSide):
     """A side of a staged decode step whose token the decode kernel writes (`CodecKVCache._defer`): its staging buffer
-    (`staged`) and `tail` (the buffer's first T tokens) are those after the write. Read before the kernel ran (another
+    (`stage_buf`), its columns of it (`staged`) and `tail` (their first T tokens) are those after the write. Read before the kernel ran (another
     attention path, a file, a trim), they write the token first (`CodecKVCache._settle`), so every reader sees what
     a cache that writes at update time holds"""
     def __init__(self, cache, codec, head, parts, n, T, cols):
@@ -87,7 +87,7 @@ class CodecKVCache(_BaseCache):
     _stage_run = None   # (query shape, dtype, scale, `attention.staged_runner`'s read and write, or None, None) for this stage's attention calls
     defer_write = True  # a staged decode step leaves its token for the decode kernel to write (`_defer`; False: two slice updates a step, as before 2026-11-29)
     _pend = None        # (keys, values, T): a staged step's token the decode kernel writes (`_defer`); `_settle` writes it if anything else reads first
-    _tk = _tv = None    # the exact / staged tail (`tail_keys`, `tail_values`); _LAZY: the first `_nst` tokens of the staging buffers
+    _tk = _tv = None    # the exact / staged tail (`tail_keys`, `tail_values`); _LAZY: the first `_nst` tokens of the staging buffer
     _nst = 0
     stage = 32  # CUDA decode steps (no window, codecs the decode kernel quantizes: turbo with one Walsh-Hadamard block, affine): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
@@ -208,7 +208,7 @@ class CodecKVCache(_BaseCache):
         return min(self.stage, stage_capacity(self.k_codec, self.v_codec))
 
     def _stage_token(self, keys, values, cap):
-        """A decode step's token written to the staging buffers (capacity `cap` = `_stage_cap()`, the model's dtype) after the T
+        """A decode step's token written to the staging buffer (capacity `cap` = `_stage_cap()`, the model's dtype) after the T
         staged ones: two slice updates, as mlx-lm's `KVCache` makes, and no quantize launch. A full stage is quantized
         first (one launch for the stage's tokens). Every reader takes the staged tokens as quantized (`CachedSide.staged`:
         the decode kernel quantizes them by the quantize kernel's arithmetic), so the answers are those of a cache that
@@ -252,7 +252,7 @@ class CodecKVCache(_BaseCache):
     def _defer(self, keys, values, T):
         """A staged decode step (as `_stage_next`) whose token the decode kernel writes: this stage's attention calls
         launch by a held run (`_stage_run`) whose kernel takes the step's key and value, attends them as the T-th staged
-        token and returns the staging buffers with them written (`attend`); the update makes no op. Until then the token
+        token and returns the staging buffer with them written (`attend`); the update makes no op. Until then the token
         is pending (`_pend`): anything that reads the cache or these sides otherwise writes it first (`_settle`)"""
         self._pend = (keys, values, T)
         n = self.n_quantized
@@ -276,7 +276,7 @@ class CodecKVCache(_BaseCache):
         if s is not None and type(s[0]) is _DeferredSide: s[0]._sbuf = s[1]._sbuf = self._stage
 
     def _unstage(self):
-        "Drop the staging buffers (their tokens were quantized or trimmed): the tail is empty"
+        "Drop the staging buffer (its tokens were quantized or trimmed): the tail is empty"
         self._hot = self._sides = self._stage_run = None
         self.tail_keys, self.tail_values = self.tail_keys[..., :0, :], self.tail_values[..., :0, :]
         self._stage = None
