@@ -21,10 +21,9 @@ import argparse, json, os, platform, sys, time
 from pathlib import Path
 import numpy as np
 import mlx.core as mx
-from mlx_lm.models import llama
 import mlx_kvq
 from mlx_kvq import distributed as D
-from mlx_kvq.bench import MODEL_SHAPES, decode_bench
+from mlx_kvq.bench import MODEL_SHAPES, shape_args, decode_bench
 
 def backend() -> str:
     "Which `mlx.launch` backend started this process (from the environment it sets)"
@@ -39,7 +38,7 @@ def per_rank(x: float, g) -> list:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--shape', default='llama-3.1-8b', choices=sorted(MODEL_SHAPES), help='random-weight model shape (default: %(default)s)')
+    p.add_argument('--shape', default='llama-3.1-8b', choices=sorted(k for k, v in MODEL_SHAPES.items() if 'model_type' not in v), help='random-weight model shape (default: %(default)s)')
     p.add_argument('--context', type=int, default=65536, help='tokens in every cache layer (default: %(default)s)')
     p.add_argument('--steps', type=int, default=32, help='timed greedy decode steps (default: %(default)s)')
     p.add_argument('--warmup', type=int, default=3, help='untimed steps first (default: %(default)s)')
@@ -56,7 +55,8 @@ def main():
     if int(check[0]) != g.size(): raise SystemExit(f"all_sum over {g.size()} ranks gave {check[0]}: the launch is broken")
 
     mx.random.seed(0)                                   # the same random weights on every rank
-    model = llama.Model(llama.ModelArgs(model_type='llama', rms_norm_eps=1e-5, **MODEL_SHAPES[a.shape]))
+    mod, margs = shape_args(a.shape)
+    model = mod.Model(margs)
     model.set_dtype(dtype)
     D.shard(model, 'tensor', g)                         # lazy weights: each rank evaluates only its slices
     mx.eval(model.parameters())

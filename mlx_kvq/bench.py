@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/bench.html.md"""
 
 # %% ../nbs/11b_bench.ipynb #0d924f91
 from __future__ import annotations
-import argparse, datetime, json, math, os, platform, statistics, sys, time
+import argparse, datetime, importlib, json, math, os, platform, statistics, sys, time
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -20,8 +20,8 @@ from .models import load
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
 
 # %% auto #0
-__all__ = ['MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench', 'bench_table', 'bench_header', 'shape_model', 'decode_bench',
-           'decode_table', 'run_bench']
+__all__ = ['MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench', 'bench_table', 'bench_header', 'shape_args', 'shape_model',
+           'decode_bench', 'decode_table', 'run_bench']
 
 # %% ../nbs/11b_bench.ipynb #40727240
 def _bench_scheme(text: str):
@@ -155,22 +155,37 @@ def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=No
             f"{calls} calls per eval; {datetime.date.today().isoformat()}")
 
 # %% ../nbs/11b_bench.ipynb #e199674f
-MODEL_SHAPES = {   # mlx-lm llama ModelArgs of public model shapes (random weights), and a tiny one for tests
+MODEL_SHAPES = {   # mlx-lm ModelArgs of public model shapes (random weights): llama, gemma3_text (sliding-window layers), tiny ones for tests
     'llama-3.2-1b': dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
                          head_dim=64, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True),
     'llama-3.2-3b': dict(hidden_size=3072, num_hidden_layers=28, intermediate_size=8192, num_attention_heads=24, num_key_value_heads=8,
                          head_dim=128, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True),
     'llama-3.1-8b': dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                          head_dim=128, vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=False),
+    'gemma-3-270m': dict(model_type='gemma3_text', hidden_size=640, num_hidden_layers=18, intermediate_size=2048, num_attention_heads=4,
+                         num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512, sliding_window_pattern=6),
+    'gemma-3-1b': dict(model_type='gemma3_text', hidden_size=1152, num_hidden_layers=26, intermediate_size=6912, num_attention_heads=4,
+                       num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512, sliding_window_pattern=6),
     'tiny-llama': dict(hidden_size=256, num_hidden_layers=2, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=64, vocab_size=512, rope_theta=10000.0, tie_word_embeddings=True)}
+                       head_dim=64, vocab_size=512, rope_theta=10000.0, tie_word_embeddings=True),
+    'tiny-gemma3': dict(model_type='gemma3_text', hidden_size=128, num_hidden_layers=3, intermediate_size=256, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=64, vocab_size=512, sliding_window=16, sliding_window_pattern=3)}
 
-def shape_model(name: str, dtype=mx.float16, seed: int = 0):
-    "A random-weight mlx-lm llama of a named shape (`MODEL_SHAPES`)"
+def shape_args(name: str):
+    "(mlx-lm model module, its ModelArgs) of a named shape (`MODEL_SHAPES`): llama unless the entry names another `model_type`"
     if name not in MODEL_SHAPES:
         raise CliError(f"unknown model shape {name!r}: use one of {', '.join(MODEL_SHAPES)}, 'embedded', or a local mlx-lm model directory")
+    cfg = dict(MODEL_SHAPES[name])
+    kind = cfg.pop('model_type', 'llama')
+    if kind == 'llama': cfg.setdefault('rms_norm_eps', 1e-5)
+    mod = importlib.import_module(f"mlx_lm.models.{kind}")
+    return mod, mod.ModelArgs(model_type=kind, **cfg)
+
+def shape_model(name: str, dtype=mx.float16, seed: int = 0):
+    "A random-weight mlx-lm model of a named shape (`MODEL_SHAPES`; gemma3_text shapes have mlx-lm's sliding-window layers)"
+    mod, args = shape_args(name)
     mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs(model_type='llama', rms_norm_eps=1e-5, **MODEL_SHAPES[name]))
+    model = mod.Model(args)
     model.set_dtype(dtype); mx.eval(model.parameters())
     return model
 
