@@ -57,6 +57,7 @@
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
 #       astage (affine caches stage too: check_staged_cuda with its affine cases (codes bit-equal to mx.quantize's), decode steps of affine:4 / affine:8,4 / turbo:4 through the caches)
 #       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
+#       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
@@ -268,6 +269,8 @@ case $part in
          grep -c "using the reference" "$O/layer/run.log" "$O/gemma/run.log" ;;
   status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 ${ROUNDS:+--rounds $ROUNDS} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
+  gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
+               > "$O/run.log" 2>&1; grep -E "^\\||^round|^#" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;   # Gemma-3 shape: every layer compressed vs only the global ones, against fp16, with host cProfiles
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
