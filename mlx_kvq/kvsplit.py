@@ -88,9 +88,9 @@ class QuantizedRotatingKVCache(RotatingKVCache):
         self.quantized_kv_start, self._then = 0, None   # see `rotating_twin`
 
     def _encode(self, keys, values):
-        "Encode new tokens after checking head dims against the codecs and the stored tokens"
+        "Encode new tokens after checking head dims against the codecs and the stored tokens (both sides at once: `encode_pair`, one launch on CUDA for turbo pairs)"
         self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
-        k, v = Parts(self.k_codec.encode(keys)), Parts(self.v_codec.encode(values))
+        k, v = (Parts(p) for p in self.k_codec.encode_pair(self.v_codec, keys, values))
         if self.keys is not None:
             if [p.shape[-1] for p in k] != [p.shape[-1] for p in self.keys] or \
                [p.shape[-1] for p in v] != [p.shape[-1] for p in self.values] or k.shape[:2] != self.keys.shape[:2]:
