@@ -2,7 +2,8 @@
 model's space in one launch) against the codecs' own decode of the held slices, and a prefill chunk through
 `attention.attend` (the `_pair_prefill` route) against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity;
 `packing.quantize_append_pair` (a prefill chunk quantized into grown storages) against the held slices, the reference
-quantization and zeros, and the kept launches of verified pair decodes at other token counts.
+quantization and zeros, `packing.quantize_into_pair` (a decode token quantized into a full ring) against the kept
+rows and the reference quantization, and the kept launches of verified pair decodes at other token counts.
 
     python3 bench/check_prefill_pair.py        # prints one line per case and 'N failing' at the end"""
 import sys, warnings
@@ -59,6 +60,21 @@ def main():
                 bad += not ok
             print(f"append pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
     P.APPEND = False
+    for (bits, dim) in [(4, 64), (3, 128), (4, 256), (2, 256), (8, 128)]:     # a decode token quantized into a full sliding-window ring
+        for dt in (mx.float16, mx.bfloat16, mx.float32):
+            (k, kc), (v, vc) = side(bits, dim, 1, 512, bits + dim + 2), side(bits, dim, 2, 512, bits + dim + 3)
+            errs = []
+            for n, pos in ((1, 0), (1, 300), (1, 511), (3, 17)):    # the first call checked by the guard, then its kept launch
+                x = lambda key: (mx.random.normal((2, 4, n, dim), key=mx.random.key(key)) * 2).astype(dt)
+                args = (k[:2], v[:2], pos, x(pos + 5), kc.rotation, kc.codebook, x(pos + 6), vc.rotation, vc.codebook)
+                try:
+                    out = P.quantize_into_pair(*args)
+                    why = 'declined' if out is None else P._qi_agree(out, P._qi_reference(*args), *args)
+                    ok = why is None and P._QIGUARDS['cuda'].state.get(P._qi_class(*args)) is True
+                except Exception as e: ok, why = False, repr(e)[:200]
+                errs.append(why)
+                bad += not ok
+            print(f"ring write pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
     for (bk, dk), (bv, dv) in [((4, 64), (4, 64)), ((3, 128), (2, 256))]:   # kept launches of verified pair decodes: other counts
         k, kc = side(bk, dk, 1, 300, 5); v, vc = side(bv, dv, 2, 280, 6)
         for n in (1, 100, 280):

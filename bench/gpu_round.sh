@@ -59,6 +59,7 @@
 #       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
+#       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
@@ -273,6 +274,9 @@ case $part in
   gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
                > "$O/run.log" 2>&1; grep -E "^\\||^round|^#" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;   # Gemma-3 shape: every layer compressed vs only the global ones, against fp16, with host cProfiles
   ringstep) timeout ${LIMIT:-300} python3 bench/ring_step_cuda.py --layers ${LAYERS:-22} > "$O/run.log" 2>&1; cat "$O/run.log" ;;   # a sliding-window layer's decode step by piece: build / submit / wait per layer (about 1.5 min)
+  ring) timeout 200 python3 bench/check_prefill_pair.py > "$O/check.log" 2>&1; grep -E "ring write|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on
+        timeout 150 python3 bench/ring_step_cuda.py --kv turbo:4 > "$O/ringstep.log" 2>&1; cat "$O/ringstep.log"
+        timeout ${LIMIT:-330} python3 bench/gemma_layers.py --kv turbo:4 --noring --rounds ${ROUNDS:-6} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/check.log" "$O/model.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

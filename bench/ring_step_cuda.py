@@ -6,7 +6,9 @@ head dim 256) each taking one token and attending, all evaluated together, as a 
 
 Rows: `fp16` (mlx-lm's RotatingKVCache + mx.fast SDPA), and per quantized scheme the whole layer step
 (`update_and_fetch` + `attend`) and its pieces alone: `encode` (the codec pair's encode of the token), `update`
-(`update_and_fetch`: encode + the writes into the ring), `attend` (the attention over a ring that does not change).
+(`update_and_fetch`: encode + the writes into the ring), `attend` (the attention over a ring that does not change);
+`step noring` / `update noring` with `packing.RING = False` (the token by the pair kernel and slice updates, not one
+`quantize_into_pair` launch).
 Columns: build (Python and MLX graph building), submit (`mx.async_eval`) and wait (until the GPU is done), us per layer,
 medians over rounds of `--steps` steps each."""
 import argparse, statistics, sys, time
@@ -19,6 +21,7 @@ from mlx_kvq.bench import _fill
 from mlx_kvq.kvsplit import QuantizedRotatingKVCache
 from mlx_kvq.integrate import parse_scheme
 from mlx_kvq.integrate import _codecs
+from mlx_kvq import packing as P
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--layers', type=int, default=22); ap.add_argument('--window', type=int, default=512)
@@ -62,7 +65,8 @@ def step_fn(kv, piece, cs):
     def step(j): return [x for c in cs for x in layer(c, j)]
     return step
 
-def timed(step, n):
+def timed(step, n, ring=True):
+    P.RING = ring                                                 # off: a ring's token by the pair kernel and slice updates
     b = s = w = 0.0
     for j in range(n):
         t0 = time.perf_counter(); outs = step(j)
@@ -70,15 +74,16 @@ def timed(step, n):
         t2 = time.perf_counter(); mx.eval(outs)
         t3 = time.perf_counter()
         b += t1 - t0; s += t2 - t1; w += t3 - t2
+    P.RING = True
     return [1e6 * x / (n * a.layers) for x in (b, s, w)]
 
-rows = [('fp16', 'step'), ('fp16', 'update'), ('fp16', 'attend')] + [(kv, p) for kv in a.kv for p in ('step', 'encode', 'update', 'attend')]
+rows = [('fp16', 'step'), ('fp16', 'update'), ('fp16', 'attend')] + [(kv, p) for kv in a.kv for p in ('step', 'encode', 'update', 'attend', 'step noring', 'update noring')]
 sets = {kv: rings(kv) for kv in ['fp16'] + a.kv}
-fns = {r: step_fn(r[0], r[1], sets[r[0]]) for r in rows}
-for r in rows: timed(fns[r], 4)                                   # warm: kernels compiled, first-use checks done
+fns = {r: step_fn(r[0], r[1].split()[0], sets[r[0]]) for r in rows}
+for r in rows: timed(fns[r], 4, 'noring' not in r[1])                                   # warm: kernels compiled, first-use checks done
 res = {r: [] for r in rows}
 for rd in range(a.rounds):
-    for r in (rows if rd % 2 == 0 else rows[::-1]): res[r].append(timed(fns[r], a.steps))
+    for r in (rows if rd % 2 == 0 else rows[::-1]): res[r].append(timed(fns[r], a.steps, 'noring' not in r[1]))
 print(f"# one decode step of {a.layers} sliding-window layers (window {W}, {Hq}/{H} heads, d{D}, {str(dt).split('.')[-1]}), "
       f"{mx.default_device()}, MLX {mx.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; us per layer, "
       f"medians of {a.rounds} rounds x {a.steps} steps")

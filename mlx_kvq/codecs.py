@@ -35,6 +35,11 @@ class Codec:
         the parts `old_k` / `old_v`, or None: the cache then concatenates `encode_pair`'s output (codecs with a one-launch
         route override it)"""
         return None
+    def encode_into(self, other, old_k, old_v, pos, keys, values):
+        """Both sides of an update quantized into copies of the parts `old_k` / `old_v` (B, H, capacity, .) at tokens
+        pos .. pos + n - 1, every other token kept, or None: the cache then writes `encode_pair`'s output into its slices
+        (codecs with a one-launch route override it: a sliding-window ring's decode token)"""
+        return None
     def decode(self, parts, dtype=mx.float32): raise NotImplementedError
     def bytes_per_token(self, dim): raise NotImplementedError
     def config(self): raise NotImplementedError

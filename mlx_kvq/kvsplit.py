@@ -119,8 +119,23 @@ def _grow_ring(self, keys, values, prev):
         self.keys, self.values = grown
         self._idx = prev
 
+def _ring_slot(self, S):
+    """Where a write of S tokens lands when it needs no growth and no trim (mlx-lm's `_update_in_place`, rotation
+    included), or None"""
+    if self.keys is None or self.offset >= self.keys.shape[2] < self.max_size or self.keys.shape[2] > self.max_size: return None
+    idx = self.keep if self._idx == self.max_size else self._idx
+    return idx if idx + S <= self.keys.shape[2] else None
+
 @patch_to(QuantizedRotatingKVCache)
 def _update_in_place(self, keys, values):
+    pos = _ring_slot(self, keys.shape[2])
+    if pos is not None:   # the codecs may quantize the token into copies of the ring (one CUDA launch for turbo pairs)
+        self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
+        got = self.k_codec.encode_into(self.v_codec, tuple(self.keys), tuple(self.values), pos, keys, values)
+        if got is not None:
+            self.keys, self.values = Parts(got[0]), Parts(got[1])
+            self.offset += keys.shape[2]; self._idx = pos + keys.shape[2]
+            return self.keys_and_values()
     keys, values = self._encode(keys, values)
     prev = self.offset
     _grow_ring(self, keys, values, prev)

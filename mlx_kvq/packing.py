@@ -16,13 +16,13 @@ from .codebook import Codebook, check_bits, sphere_codebook
 from .rotation import get_rotation
 
 # %% auto #0
-__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'APPEND', 'packed_words',
-           'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code', 'quantize_pack_ref',
-           'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel', 'device_constant',
-           'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack', 'GuardedKernel',
-           'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair', 'quantize_pack',
-           'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize', 'decode_affine_pair',
-           'decode_turbo_pair', 'quantize_append_pair', 'check_fused']
+__all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'APPEND', 'RING',
+           'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
+           'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel',
+           'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
+           'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
+           'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
+           'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -1029,15 +1029,18 @@ def decode_turbo_pair(k, v, n, dtype):
     return _guarded_pair("turbo", _DPGUARDS, "decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_launch, k, v, n, dtype, (*k[2:], *v[2:]))
 
 # %% ../nbs/02_packing.ipynb #dfdd0ff7
-# keys and values of an update quantized straight into grown storages (a prefill chunk): blocks 0 .. meta[5]-1 are the
-# pair kernel's warps, a token row each, writing at its place in the new storage (capacity meta[4], after the meta[2] held
-# tokens); the other blocks copy the held tokens' words and norms from the old storages (capacity meta[3]) and zero the
-# spare rows, a thread per row. One launch instead of the pair kernel and a concatenation per storage part.
+# keys and values of an update quantized straight into new storages: blocks 0 .. meta[5]-1 are the pair kernel's warps, a
+# token row each, writing at its place in the new storage (capacity meta[4], rows meta[2] .. meta[2] + meta[1] - 1); the
+# other blocks, a thread per row, copy every other row below meta[6] from the same row of the old storages (capacity
+# meta[3]) and zero the rest. A prefill chunk that grows the storages (`quantize_append_pair`: meta[6] = meta[2], the
+# held tokens, then spare zero rows) and a decode token written into a sliding-window ring (`quantize_into_pair`:
+# meta[6] = the capacity, every other row kept) are one launch instead of the pair kernel and a concatenation or a slice
+# update per storage part.
 _QA_HEAD_CUDA = r"""
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     __shared__ unsigned char sc[WARPS][N];
-    const int rows = meta[0], n = meta[1], prev = meta[2], cap_old = meta[3], cap = meta[4], qb = meta[5];
+    const int rows = meta[0], n = meta[1], prev = meta[2], cap_old = meta[3], cap = meta[4], qb = meta[5], keep_end = meta[6];
     if ((int)blockIdx.x >= qb) {                          // a thread per row of one side's new storage (32-bit indices: B * H * capacity < 2^30)
         const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
         const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
@@ -1045,7 +1048,7 @@ _QA_HEAD_CUDA = r"""
         const bool sv = i >= per;
         const unsigned int r = sv ? i - per : i, bh = r / (unsigned int)cap, t = r - bh * (unsigned int)cap;
         if (t >= (unsigned int)prev && t < (unsigned int)(prev + n)) return;   // a quantize warp writes it
-        const bool held = t < (unsigned int)prev;
+        const bool held = t < (unsigned int)prev || t < (unsigned int)keep_end;   // rows before the new ones, and (a ring) after them
         const size_t o = (size_t)bh * cap_old + (held ? t : 0);
         unsigned int* dst = (sv ? wv : wk) + (size_t)r * W;
         const unsigned int* src = (sv ? owv : owk) + o * W;
@@ -1085,7 +1088,7 @@ def _append_kernel():
 def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
     qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
-    meta = _meta3(rows, n, prev, old_k[0].shape[-2], cap, qb)     # rows, tokens, held, old and new capacity, quantize blocks
+    meta = _meta3(rows, n, prev, old_k[0].shape[-2], cap, qb, prev)     # rows, tokens, held, old and new capacity, quantize blocks, rows kept
     out = _append_kernel()(
         inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), meta],
         template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
@@ -1145,6 +1148,71 @@ def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
         _QAREADY[key] = (rk, ck, rv, cv)
     return out
 
+
+RING = True    # CUDA: a decode token of a sliding-window (rotating) turbo pair written into its ring by one launch (`quantize_into_pair`)
+_QIREADY = {}
+_RING_META = {}
+def _ring_meta(rows, n, pos, cap, qb):
+    "The launch's meta for a ring write at `pos` (one device constant per position, kept: a ring cycles through its positions)"
+    key = (rows, n, pos, cap, qb)
+    got = _RING_META.get(key)
+    if got is None:
+        if len(_RING_META) > 16384: _RING_META.clear()
+        got = _RING_META[key] = device_constant(np.array((rows, n, pos, cap, cap, qb, cap), np.int32))
+    return got
+
+def _fused_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
+    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; cap = old_k[0].shape[-2]; rows = B * H * n
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
+    out = _append_kernel()(
+        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'),
+                _ring_meta(rows, n, pos, cap, qb)],
+        template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
+        grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+        output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    return tuple(out[:2]), tuple(out[2:])
+
+def _into_ref(old, new, pos):
+    "`old`'s parts with rows pos .. pos + n - 1 replaced by `new`'s"
+    return tuple(mx.concatenate([o[..., :pos, :], x, o[..., pos + x.shape[-2]:, :]], axis=-2) for o, x in zip(old, new))
+def _qi_reference(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
+    nk, nv = _qp_reference(xk, rk, ck, xv, rv, cv)
+    return _into_ref(old_k, nk, pos), _into_ref(old_v, nv, pos)
+def _qi_class(old_k, old_v, pos, *pair): return ("into", old_k[0].shape[-2], *_qp_class(*pair))
+def _qi_agree(out, ref, old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
+    "Every kept row exactly the old storage's, the new rows as the pair kernel's check takes them (ties at boundaries)"
+    return _qa_agree(out, ref, old_k, old_v, pos, old_k[0].shape[-2], xk, rk, ck, xv, rv, cv)
+
+_QIGUARDS = {}
+def quantize_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
+    """Keys `xk` and values `xv` of an update (B, H, n, D) quantized into copies of the storages `old_k`, `old_v` (each
+    (words, norms), (B, H, capacity, .)) at rows pos .. pos + n - 1, every other row kept: what a sliding-window cache's
+    in-place write of `quantize_pack_pair`'s output into its ring gives. On CUDA, where the pair kernel takes the sides,
+    one launch (verified on first use) instead of the pair kernel and a slice update per storage part; None elsewhere
+    (the caller writes the slices)."""
+    if not (PAIR and RING and kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
+    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
+    (owk, onk), (owv, onv) = old_k, old_v
+    xs, sk = xk.shape, owk.shape
+    fits = (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
+            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
+            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16
+            and isinstance(pos, int) and 0 <= pos and pos + xs[2] <= sk[2] and xs[0] * xs[1] * sk[2] < 2 ** 30)
+    if not fits: return None
+    key = (id(rk), id(ck), id(rv), id(cv), xk.dtype, sk[2])
+    got = _QIREADY.get(key)
+    if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
+        return _fused_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv)
+    if not (_pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])): return None
+    _check_x(xk, rk); _check_x(xv, rv); codebook_scale(ck, xk.shape[-1]); codebook_scale(cv, xv.shape[-1])
+    if "cuda" not in _QIGUARDS:
+        _QIGUARDS["cuda"] = GuardedKernel("cuda quantize_into pair", _fused_into_pair, _qi_reference, _qi_class, _qi_agree)
+    args = (tuple(old_k), tuple(old_v), pos, xk, rk, ck, xv, rv, cv)
+    out = _QIGUARDS["cuda"](*args)
+    if _QIGUARDS["cuda"].state.get(_qi_class(*args)) is True:
+        if len(_QIREADY) > 256: _QIREADY.clear()
+        _QIREADY[key] = (rk, ck, rv, cv)
+    return out
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):

@@ -12,7 +12,7 @@ from fastcore.basics import patch_to
 
 from .codebook import sphere_codebook
 from .rotation import get_rotation
-from .packing import packed_words, quantize_pack, quantize_pack_pair, quantize_append_pair, dequantize_unpack, lookup_decode
+from .packing import packed_words, quantize_pack, quantize_pack_pair, quantize_append_pair, quantize_into_pair, dequantize_unpack, lookup_decode
 from .codecs import Codec, register_codec
 
 # %% auto #0
@@ -76,6 +76,15 @@ def encode_pair(self, other, keys, values):
         return self.encode(keys), other.encode(values)
     self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
     return quantize_pack_pair(keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
+
+@patch_to(TurboCodec)
+def encode_into(self, other, old_k, old_v, pos, keys, values):
+    """On CUDA, where `encode_pair` takes one launch, the update quantized into copies of the storages at tokens
+    pos .. pos + n - 1, every other token kept (`quantize_into_pair`: one launch instead of the pair kernel and four slice
+    updates, a sliding-window ring's decode step); else None"""
+    if type(self) is not TurboCodec or type(other) is not TurboCodec or other.bits != self.bits: return None
+    self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
+    return quantize_into_pair(old_k, old_v, pos, keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
 
 @patch_to(TurboCodec)
 def encode_grown(self, other, old_k, old_v, prev, cap, keys, values):

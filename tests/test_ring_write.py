@@ -1,0 +1,109 @@
+"""A sliding-window ring's decode token quantized into the ring by one CUDA launch (`packing.quantize_into_pair`, the
+append kernel with every other row kept), run through its host code with MLX's `cuda_kernel` replaced by the CPU
+emulator (tests/kernel_emulator.py): against the reference (the pair kernel's codes written into slices), and a
+`QuantizedRotatingKVCache` on that path against the same cache on the slice-writing path, over steps that wrap the ring."""
+import sys, warnings
+from pathlib import Path
+import pytest
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_emulator as E
+from mlx_kvq import packing as P
+from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.kvsplit import QuantizedRotatingKVCache
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    "The CUDA code path with the emulated kernels, fresh guards and kernels (nothing verified yet)"
+    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
+    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
+    monkeypatch.setattr(P, 'INCLUDE', False)
+    for name in ('_QAK', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH'):
+        monkeypatch.setattr(P, name, {})
+
+
+def _ring_case(bits, dim, dtype, pos, n=1, cap=12):
+    "Full ring storages (capacity `cap`) of a turbo pair, an update of n tokens, and `quantize_into_pair`'s arguments"
+    kc, vc = TurboCodec(bits, seed=1), TurboCodec(bits, seed=2); kc.check_dim(dim); vc.check_dim(dim)
+    old = lambda c, key: c.encode(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key)))
+    x = lambda key: (mx.random.normal((2, 3, n, dim), key=mx.random.key(key)) * 3).astype(dtype)
+    return (old(kc, 1), old(vc, 2), pos, x(3), kc.rotation, kc.codebook, x(4), vc.rotation, vc.codebook), (kc, vc)
+
+
+@pytest.mark.parametrize('bits,dim,dtype,pos,n', [(4, 64, mx.float16, 5, 1), (4, 256, mx.float16, 11, 1), (3, 128, mx.float32, 0, 1),
+                                                  (2, 32, mx.bfloat16, 3, 2), (8, 128, mx.float16, 7, 1)])
+def test_quantize_into_pair_writes_its_rows_and_keeps_the_others(emulated, bits, dim, dtype, pos, n):
+    """One launch: rows pos .. pos + n - 1 hold the update as the pair kernel quantizes it (the codecs decode it back), every
+    other row is the old storage's, bit for bit; the first-use check passed, and the verified launch gives the same"""
+    args, (kc, vc) = _ring_case(bits, dim, dtype, pos, n)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        (wk, nk), (wv, nv) = P.quantize_into_pair(*args)
+    assert P._QIGUARDS['cuda'].state[P._qi_class(*args)] is True
+    old_k, old_v, _, xk, _, _, xv, _, _ = args
+    for got, old, x, c in (((wk, nk), old_k, xk, kc), ((wv, nv), old_v, xv, vc)):
+        for g, o in zip(got, old):
+            assert g.shape == o.shape and g.dtype == o.dtype
+            assert mx.array_equal(g[..., :pos, :], o[..., :pos, :]) and mx.array_equal(g[..., pos + n:, :], o[..., pos + n:, :])
+            assert not mx.array_equal(g[..., pos:pos + n, :], o[..., pos:pos + n, :])     # the row did change
+        dec, ref = c.decode(tuple(g[..., pos:pos + n, :] for g in got)), c.decode(c.encode(x.astype(mx.float32)))
+        assert mx.abs(dec - ref).max().item() <= 1e-2 * mx.abs(ref).max().item()
+    again = P.quantize_into_pair(*args)                                                   # verified: the kept launch
+    assert all(mx.array_equal(a, b) for a, b in zip((*again[0], *again[1]), (wk, nk, wv, nv)))
+
+
+def test_a_wrong_ring_kernel_is_refused(emulated, monkeypatch):
+    "Not vacuous: a kernel that keeps only the rows before the write (the append's rule) zeroes the rest, and the first-use check returns the reference"
+    wrong = P._QA_CUDA.replace("|| t < (unsigned int)keep_end", "")
+    assert wrong != P._QA_CUDA
+    monkeypatch.setattr(P, '_QA_CUDA', wrong)
+    args, _ = _ring_case(4, 64, mx.float16, 4)
+    with pytest.warns(RuntimeWarning, match='quantize_into'):
+        got = P.quantize_into_pair(*args)
+    assert P._QIGUARDS['cuda'].state[P._qi_class(*args)] is False
+    ref = P._qi_reference(*args)
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
+def test_quantize_into_pair_declines_what_it_does_not_take(emulated, monkeypatch):
+    "A rotation the kernel does not apply, different widths, rows past the storage, other storage, RING off, off CUDA: None (the cache writes slices)"
+    assert P.quantize_into_pair(*_ring_case(4, 96, mx.float16, 2)[0]) is None      # 96 dims: not one Walsh-Hadamard block
+    args, _ = _ring_case(4, 64, mx.float16, 2)
+    kc3 = TurboCodec(3, seed=1); kc3.check_dim(64)
+    assert P.quantize_into_pair(*args[:4], kc3.rotation, kc3.codebook, *args[6:]) is None
+    assert P.quantize_into_pair(*args[:2], 12, *args[3:]) is None                    # row 12 of a 12-token ring
+    assert P.quantize_into_pair(*args[:2], -1, *args[3:]) is None
+    assert P.quantize_into_pair(args[0][:1], *args[1:]) is None
+    assert not P._QIGUARDS
+    monkeypatch.setattr(P, 'RING', False); assert P.quantize_into_pair(*args) is None
+    monkeypatch.setattr(P, 'RING', True); monkeypatch.setattr(P, 'kernel_backend', lambda: None)
+    assert P.quantize_into_pair(*args) is None
+
+
+@pytest.mark.parametrize('keep,kv', [(0, (4, 4)), (2, (4, 4)), (0, (3, 2))])
+def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monkeypatch, keep, kv):
+    """A QuantizedRotatingKVCache (window 8, `keep` sink tokens) fed a prompt and 14 decode tokens on the emulated CUDA path:
+    with the same widths every decode token after the ring is allocated goes through `quantize_into_pair` (none with widths
+    that differ), and after every step the ring's parts, offset and write index equal those of the same cache with RING
+    off (the pair kernel's codes written into slices), bit for bit, as do the keys and values `update_and_fetch` returns"""
+    make = lambda: QuantizedRotatingKVCache(8, keep, TurboCodec(kv[0]), TurboCodec(kv[1], seed=1))
+    h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    steps = [(h(5, 0), h(5, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(14)]
+    calls = []
+    monkeypatch.setattr(P, '_fused_into_pair', lambda *a, f=P._fused_into_pair: calls.append(a[2]) or f(*a))
+    ring, sliced = make(), make()
+    for k, v in steps:
+        a = ring.update_and_fetch(k, v)
+        monkeypatch.setattr(P, 'RING', False)
+        b = sliced.update_and_fetch(k, v)
+        monkeypatch.setattr(P, 'RING', True)
+        assert (ring.offset, ring._idx) == (sliced.offset, sliced._idx)
+        for x, y in zip((*a[0], *a[1], *ring.keys, *ring.values), (*b[0], *b[1], *sliced.keys, *sliced.values)):
+            assert x.shape == y.shape and mx.array_equal(x, y)
+    if kv[0] == kv[1]:
+        # the prompt's 5 tokens are one concatenation, the first decode token grows the ring to 8 (slices), then 13 writes by the kernel
+        assert len(calls) == 13 and calls[:3] == [6, 7, keep] and max(calls) == 7 and min(calls) == keep
+    else:
+        assert calls == []
