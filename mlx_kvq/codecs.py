@@ -40,6 +40,10 @@ class Codec:
         pos .. pos + n - 1, every other token kept, or None: the cache then writes `encode_pair`'s output into its slices
         (codecs with a one-launch route override it: a sliding-window ring's decode token)"""
         return None
+    def into_writer(self, other, old_k, old_v, keys, values):
+        """After an `encode_into` of this configuration was served by one launch: a function (old_k, old_v, pos, keys,
+        values) -> the four new storage parts that repeats it for updates of the same shapes, or None (the default)"""
+        return None
     def decode(self, parts, dtype=mx.float32): raise NotImplementedError
     def bytes_per_token(self, dim): raise NotImplementedError
     def config(self): raise NotImplementedError

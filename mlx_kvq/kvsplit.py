@@ -46,6 +46,11 @@ class Parts:
         self.parts = tuple(parts)
         if any(p.ndim != 4 for p in self.parts):
             raise ValueError(f"codec parts must be 4-d (B, H, L, w), got shapes {[p.shape for p in self.parts]}")
+    @classmethod
+    def _of(cls, parts):
+        "Parts of arrays known to be 4-d (a kernel's outputs of 4-d shapes), unchecked: a decode step's hot path"
+        p = object.__new__(cls); p.parts = parts
+        return p
     @property
     def shape(self): return self.parts[0].shape
     @property
@@ -131,10 +136,14 @@ def _update_in_place(self, keys, values):
     pos = _ring_slot(self, keys.shape[2])
     if pos is not None:   # the codecs may quantize the token into copies of the ring (one CUDA launch for turbo pairs)
         self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
-        got = self.k_codec.encode_into(self.v_codec, tuple(self.keys), tuple(self.values), pos, keys, values)
+        old_k, old_v = tuple(self.keys), tuple(self.values)
+        got = self.k_codec.encode_into(self.v_codec, old_k, old_v, pos, keys, values)
         if got is not None:
             self.keys, self.values = Parts(got[0]), Parts(got[1])
             self.offset += keys.shape[2]; self._idx = pos + keys.shape[2]
+            if keys.shape[2] == 1 and self.keys.shape[2] == self.max_size and self._then is None:   # a full ring: hold the launch
+                w = self.k_codec.into_writer(self.v_codec, old_k, old_v, keys, values)
+                self.__dict__['_ringw'] = None if w is None else (w, got[0][0], keys.shape, values.shape, keys.dtype)
             return self.keys_and_values()
     keys, values = self._encode(keys, values)
     prev = self.offset
@@ -265,6 +274,17 @@ def _requantize(self):
     self.k_codec, self.v_codec, self._then = kc, vc, None
 
 def _rot_update_and_fetch(self, keys, values):
+    w = self.__dict__.get('_ringw')
+    if (w is not None and self.keys is not None and self.keys.parts[0] is w[1] and type(keys) is mx.array and type(values) is mx.array
+            and keys.shape == w[2] and values.shape == w[3] and keys.dtype == values.dtype == w[4]):
+        # a decode token into the full ring the held launch wrote last: shapes, dtype, codecs and storage as when it was
+        # verified and made (anything that replaces the storage, or another update, takes the path below)
+        pos = self.keep if self._idx == self.max_size else self._idx
+        out = w[0](tuple(self.keys), tuple(self.values), pos, keys, values)
+        self.keys, self.values = Parts._of((out[0], out[1])), Parts._of((out[2], out[3]))
+        self.__dict__['_ringw'] = (w[0], out[0], *w[2:])
+        self.offset += 1; self._idx = pos + 1
+        return self.keys, self.values
     check_update(self, keys, values)
     if self._then is not None and self.offset >= self.quantized_kv_start: self._requantize()
     return RotatingKVCache.update_and_fetch(self, keys, values)

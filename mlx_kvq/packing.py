@@ -22,7 +22,8 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
            'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
            'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
-           'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'check_fused']
+           'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'into_writer',
+           'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -1213,6 +1214,29 @@ def quantize_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
         if len(_QIREADY) > 256: _QIREADY.clear()
         _QIREADY[key] = (rk, ck, rv, cv)
     return out
+
+def into_writer(old_k, old_v, xk, rk, ck, xv, rv, cv):
+    """For a caller whose later updates repeat this one's shapes, dtype and storages (a full ring's decode tokens): a
+    function (old_k, old_v, pos, xk, xv) -> (key words, key norms, value words, value norms) that launches
+    `quantize_into_pair`'s verified kernel with everything else fixed, or None where that kernel has not been verified
+    for this configuration. The caller keeps the shapes it was made for and checks them."""
+    if not (PAIR and RING and kernel_backend() == "cuda"): return None
+    cap = old_k[0].shape[-2]
+    got = _QIREADY.get((id(rk), id(ck), id(rv), id(cv), xk.dtype, cap))
+    if got is None or got[0] is not rk or got[1] is not ck or got[2] is not rv or got[3] is not cv: return None
+    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
+    kern, consts = _append_kernel(), [_signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries')]
+    launch = dict(template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
+                  grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+                  output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    metas = {}
+    def write(ok, ov, pos, xk, xv):
+        m = metas.get(pos)
+        if m is None: m = metas[pos] = _ring_meta(rows, n, pos, cap, qb)
+        return kern(inputs=[xk, xv, ok[0], ok[1], ov[0], ov[1], *consts, m], **launch)
+    write.keep = got      # the rotations and codebooks whose ids the launch was verified for, kept alive
+    return write
 
 # %% ../nbs/02_packing.ipynb #dd833a45
 def check_fused(backend, configs=((128, 3), (128, 8), (96, 4), (80, 2), (72, 3), (256, 1), (512, 5)), rows=(3, 5, 37)):

@@ -12,7 +12,7 @@ from fastcore.basics import patch_to
 
 from .codebook import sphere_codebook
 from .rotation import get_rotation
-from .packing import packed_words, quantize_pack, quantize_pack_pair, quantize_append_pair, quantize_into_pair, dequantize_unpack, lookup_decode
+from .packing import packed_words, quantize_pack, quantize_pack_pair, quantize_append_pair, quantize_into_pair, into_writer, dequantize_unpack, lookup_decode
 from .codecs import Codec, register_codec
 
 # %% auto #0
@@ -85,6 +85,12 @@ def encode_into(self, other, old_k, old_v, pos, keys, values):
     if type(self) is not TurboCodec or type(other) is not TurboCodec or other.bits != self.bits: return None
     self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
     return quantize_into_pair(old_k, old_v, pos, keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
+
+@patch_to(TurboCodec)
+def into_writer(self, other, old_k, old_v, keys, values):
+    "`packing.into_writer` of a turbo pair of one width (the launch `encode_into` verified), else None"
+    if type(self) is not TurboCodec or type(other) is not TurboCodec or other.bits != self.bits: return None
+    return into_writer(old_k, old_v, keys, self.rotation, self.codebook, values, other.rotation, other.codebook)
 
 @patch_to(TurboCodec)
 def encode_grown(self, other, old_k, old_v, prev, cap, keys, values):

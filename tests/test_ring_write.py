@@ -85,16 +85,25 @@ def test_quantize_into_pair_declines_what_it_does_not_take(emulated, monkeypatch
 @pytest.mark.parametrize('keep,kv', [(0, (4, 4)), (2, (4, 4)), (0, (3, 2))])
 def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monkeypatch, keep, kv):
     """A QuantizedRotatingKVCache (window 8, `keep` sink tokens) fed a prompt and 14 decode tokens on the emulated CUDA path:
-    with the same widths every decode token after the ring is allocated goes through `quantize_into_pair` (none with widths
-    that differ), and after every step the ring's parts, offset and write index equal those of the same cache with RING
-    off (the pair kernel's codes written into slices), bit for bit, as do the keys and values `update_and_fetch` returns"""
+    with the same widths every decode token after the ring is allocated is written by the ring kernel, the first through
+    `quantize_into_pair` (verified), the others by the launch the cache holds (`into_writer`), and again through
+    `quantize_into_pair` once the storage was replaced (step 9: same contents, new arrays); none with widths that differ.
+    After every step the ring's parts, offset and write index equal those of the same cache with RING off (the pair
+    kernel's codes written into slices), bit for bit, as do the keys and values `update_and_fetch` returns"""
     make = lambda: QuantizedRotatingKVCache(8, keep, TurboCodec(kv[0]), TurboCodec(kv[1], seed=1))
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
     steps = [(h(5, 0), h(5, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(14)]
-    calls = []
-    monkeypatch.setattr(P, '_fused_into_pair', lambda *a, f=P._fused_into_pair: calls.append(a[2]) or f(*a))
+    into, held = [], []
+    monkeypatch.setattr(P, '_fused_into_pair', lambda *a, f=P._fused_into_pair: into.append(a[2]) or f(*a))
+    def writer(*a, f=P.into_writer):
+        w = f(*a)
+        return None if w is None else (lambda ok, ov, pos, xk, xv: held.append(pos) or w(ok, ov, pos, xk, xv))
+    monkeypatch.setattr(P, 'into_writer', writer)
+    from mlx_kvq import turbo_codec as T
+    monkeypatch.setattr(T, 'into_writer', writer)
     ring, sliced = make(), make()
-    for k, v in steps:
+    for i, (k, v) in enumerate(steps):
+        if i == 9: ring.keys, ring.values = (type(ring.keys)(tuple(mx.array(p) for p in s)) for s in (ring.keys, ring.values))
         a = ring.update_and_fetch(k, v)
         monkeypatch.setattr(P, 'RING', False)
         b = sliced.update_and_fetch(k, v)
@@ -103,7 +112,9 @@ def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monke
         for x, y in zip((*a[0], *a[1], *ring.keys, *ring.values), (*b[0], *b[1], *sliced.keys, *sliced.values)):
             assert x.shape == y.shape and mx.array_equal(x, y)
     if kv[0] == kv[1]:
-        # the prompt's 5 tokens are one concatenation, the first decode token grows the ring to 8 (slices), then 13 writes by the kernel
-        assert len(calls) == 13 and calls[:3] == [6, 7, keep] and max(calls) == 7 and min(calls) == keep
+        # the prompt's 5 tokens are one concatenation, the first decode token grows the ring to 8 (slices), then 13 writes by
+        # the kernel: positions 6, 7, then keep .. 7 around the ring; at step 9 (the storage replaced) quantize_into_pair again
+        assert len(into) == 2 and len(held) == 11 and into[0] == 6 and held[0] == 7 and held[1] == keep
+        assert sorted(into + held) == sorted([6, 7] + [keep + j % (8 - keep) for j in range(11)])
     else:
-        assert calls == []
+        assert into == [] and held == []
