@@ -274,7 +274,7 @@ case $part in
   gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
                > "$O/run.log" 2>&1; grep -E "^\\||^round|^#" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;   # Gemma-3 shape: every layer compressed vs only the global ones, against fp16, with host cProfiles
   ringstep) timeout ${LIMIT:-300} python3 bench/ring_step_cuda.py --layers ${LAYERS:-22} > "$O/run.log" 2>&1; cat "$O/run.log" ;;   # a sliding-window layer's decode step by piece: build / submit / wait per layer (about 1.5 min)
-  ring) timeout 200 python3 bench/check_prefill_pair.py > "$O/check.log" 2>&1; grep -E "ring write|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on
+  ring) timeout 200 python3 bench/check_prefill_pair.py > "$O/check.log" 2>&1; grep -E "ring write|ring cache|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on
         timeout 150 python3 bench/ring_step_cuda.py --kv turbo:4 > "$O/ringstep.log" 2>&1; cat "$O/ringstep.log"
         timeout ${LIMIT:-330} python3 bench/gemma_layers.py --kv turbo:4 --noring --rounds ${ROUNDS:-6} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/check.log" "$O/model.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
