@@ -284,7 +284,7 @@ def _rot_update_and_fetch(self, keys, values):
         self.keys, self.values = Parts._of((out[0], out[1])), Parts._of((out[2], out[3]))
         self.__dict__['_ringw'] = (w[0], out[0], *w[2:])
         self.offset += 1; self._idx = pos + 1
-        return self.keys, self.values
+        return self.keys_and_values()       # the whole ring once it is full, its first `offset` tokens before
     check_update(self, keys, values)
     if self._then is not None and self.offset >= self.quantized_kv_start: self._requantize()
     return RotatingKVCache.update_and_fetch(self, keys, values)

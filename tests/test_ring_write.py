@@ -82,8 +82,8 @@ def test_quantize_into_pair_declines_what_it_does_not_take(emulated, monkeypatch
     assert P.quantize_into_pair(*args) is None
 
 
-@pytest.mark.parametrize('keep,kv', [(0, (4, 4)), (2, (4, 4)), (0, (3, 2))])
-def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monkeypatch, keep, kv):
+@pytest.mark.parametrize('keep,kv,prompt', [(0, (4, 4), 5), (2, (4, 4), 5), (0, (3, 2), 5), (0, (4, 4), 2)])
+def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monkeypatch, keep, kv, prompt):
     """A QuantizedRotatingKVCache (window 8, `keep` sink tokens) fed a prompt and 14 decode tokens on the emulated CUDA path:
     with the same widths every decode token after the ring is allocated is written by the ring kernel, the first through
     `quantize_into_pair` (verified), the others by the launch the cache holds (`into_writer`), and again through
@@ -92,7 +92,7 @@ def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monke
     kernel's codes written into slices), bit for bit, as do the keys and values `update_and_fetch` returns"""
     make = lambda: QuantizedRotatingKVCache(8, keep, TurboCodec(kv[0]), TurboCodec(kv[1], seed=1))
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
-    steps = [(h(5, 0), h(5, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(14)]
+    steps = [(h(prompt, 0), h(prompt, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(19 - prompt)]
     into, held = [], []
     monkeypatch.setattr(P, '_fused_into_pair', lambda *a, f=P._fused_into_pair: into.append(a[2]) or f(*a))
     def writer(*a, f=P.into_writer):
@@ -112,9 +112,12 @@ def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monke
         for x, y in zip((*a[0], *a[1], *ring.keys, *ring.values), (*b[0], *b[1], *sliced.keys, *sliced.values)):
             assert x.shape == y.shape and mx.array_equal(x, y)
     if kv[0] == kv[1]:
-        # the prompt's 5 tokens are one concatenation, the first decode token grows the ring to 8 (slices), then 13 writes by
-        # the kernel: positions 6, 7, then keep .. 7 around the ring; at step 9 (the storage replaced) quantize_into_pair again
-        assert len(into) == 2 and len(held) == 11 and into[0] == 6 and held[0] == 7 and held[1] == keep
-        assert sorted(into + held) == sorted([6, 7] + [keep + j % (8 - keep) for j in range(11)])
+        # the prompt is one concatenation, the first decode token grows the ring to 8 (slices), then 18 - prompt writes by
+        # the kernel: positions prompt + 1 .. 7, then keep .. 7 around the ring; at step 9 (the storage replaced)
+        # quantize_into_pair again. With a 2-token prompt the held launch writes tokens 4 .. 7 of a ring not yet full:
+        # `update_and_fetch` returns their first `offset` tokens, as the slice path does
+        first = list(range(prompt + 1, 8))
+        assert len(into) == 2 and len(held) == 16 - prompt and into[0] == prompt + 1 and held[:len(first)] == first[1:] + [keep]
+        assert sorted(into + held) == sorted(first + [keep + j % (8 - keep) for j in range(18 - prompt - len(first))])
     else:
         assert into == [] and held == []
