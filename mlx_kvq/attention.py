@@ -20,7 +20,7 @@ import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at lau
 
 # %% auto #0
 __all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'side_plan', 'fused_decode_partial',
-           'fused_decode', 'staged_runner', 'stage_capacity', 'compiled_decode', 'attend']
+           'fused_decode', 'decode_runner', 'staged_runner', 'stage_capacity', 'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -819,6 +819,16 @@ def _served(queries, keys, values, scale):
         tail = _staged_tail(keys, values)
         return None if tail is None or tail[0].shape[-2] not in caps else (run, kp, vp, n, tail)
     return (run, kp, vp, n, None) if 0 in caps else None
+
+def decode_runner(queries, keys, values, scale):
+    """For a cache whose decode steps repeat this call over a storage of the same shapes, every token of it held (a full
+    sliding-window ring): a function (queries, key storage, value storage) -> output that launches as `_fast_final` does
+    without looking the launcher up again, or None where `_fast_final` does not serve the call. The caller keeps the
+    shapes, dtype and scale it was made for and checks them."""
+    got = _served(queries, keys, values, scale)
+    if got is None or got[4] is not None or got[3] != got[1][0].shape[-2]: return None
+    run, n = got[0], got[3]
+    return lambda q, kp, vp: run(q, kp, vp, n, None, None)
 
 def staged_runner(queries, keys, values, scale):
     """For a cache's decode step over staged tokens that `_fast_final` serves by its launcher: (read, write), launching as

@@ -13,7 +13,7 @@ from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
 from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
-from .attention import attend, compiled_decode
+from .attention import attend, compiled_decode, decode_runner
 from .contract import check_update, check_trim, check_rotating_state, codecs_from
 from .qcache import CodecKVCache
 
@@ -143,7 +143,7 @@ def _update_in_place(self, keys, values):
             self.offset += keys.shape[2]; self._idx = pos + keys.shape[2]
             if keys.shape[2] == 1 and self.keys.shape[2] == self.max_size and self._then is None:   # a full ring: hold the launch
                 w = self.k_codec.into_writer(self.v_codec, old_k, old_v, keys, values)
-                self.__dict__['_ringw'] = None if w is None else (w, got[0][0], keys.shape, values.shape, keys.dtype)
+                self.__dict__['_ringw'] = None if w is None else (w, got[0][0], keys.shape, values.shape, keys.dtype, self.k_codec, self.v_codec)
             return self.keys_and_values()
     keys, values = self._encode(keys, values)
     prev = self.offset
@@ -152,12 +152,23 @@ def _update_in_place(self, keys, values):
 
 @patch_to(QuantizedRotatingKVCache)
 def attend(self, queries, keys, values, *, scale, mask=None, sinks=None):
-    "Attention of `queries` over what `update_and_fetch` returned; a decode step over a full ring (its shapes the same every step) by `compiled_decode`"
+    """Attention of `queries` over what `update_and_fetch` returned; a decode step over a full ring (its shapes the same
+    every step) by `compiled_decode` (CPU), or on a GPU by the decode launch the cache holds (`decode_runner`, made at
+    the first such step the fused path served)"""
+    h = self.__dict__.get('_ringa')
+    if (h is not None and mask is None and sinks is None and type(keys) is Parts and keys.shape == h[4]
+            and queries.shape == h[1] and queries.dtype == h[2] and scale == h[3] and self.k_codec is h[5] and self.v_codec is h[6]):
+        return h[0](queries, keys.parts, values.parts)
     ks, vs = CachedSide(self.k_codec, parts=tuple(keys)), CachedSide(self.v_codec, parts=tuple(values))
-    if mask is None and sinks is None and keys.shape[2] == self.max_size:
+    full = mask is None and sinks is None and keys.shape[2] == self.max_size
+    if full:
         out = compiled_decode(queries, ks, vs, scale=scale)
         if out is not None: return out
-    return attend(queries, ks, vs, scale=scale, mask=mask, sinks=sinks)
+    out = attend(queries, ks, vs, scale=scale, mask=mask, sinks=sinks)
+    if full and self._then is None and queries.shape[2] == 1 and type(keys) is Parts:
+        r = decode_runner(queries, ks, vs, scale)
+        self.__dict__['_ringa'] = None if r is None else (r, queries.shape, queries.dtype, scale, keys.shape, self.k_codec, self.v_codec)
+    return out
 
 @patch_to(QuantizedRotatingKVCache)
 def dequantized(self, dtype=mx.float32):
@@ -276,7 +287,7 @@ def _requantize(self):
 def _rot_update_and_fetch(self, keys, values):
     w = self.__dict__.get('_ringw')
     if (w is not None and self.keys is not None and self.keys.parts[0] is w[1] and type(keys) is mx.array and type(values) is mx.array
-            and keys.shape == w[2] and values.shape == w[3] and keys.dtype == values.dtype == w[4]):
+            and keys.shape == w[2] and values.shape == w[3] and keys.dtype == values.dtype == w[4] and self.k_codec is w[5] and self.v_codec is w[6]):
         # a decode token into the full ring the held launch wrote last: shapes, dtype, codecs and storage as when it was
         # verified and made (anything that replaces the storage, or another update, takes the path below)
         pos = self.keep if self._idx == self.max_size else self._idx
