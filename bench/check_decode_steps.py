@@ -97,7 +97,8 @@ def main():
     print(f"check_decode_steps: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     for scheme in a.schemes or CACHES:
         for (B, Hkv, G, D, n0, dt) in ((1, 8, 4, 64, 3000, mx.float16), (2, 8, 4, 128, 1500, mx.float16), (1, 1, 4, 256, 700, mx.bfloat16),
-                                       (1, 4, 8, 128, 5000, mx.float32), (1, 2, 16, 128, 900, mx.float16)):
+                                       (1, 4, 8, 128, 5000, mx.float32), (1, 2, 16, 128, 900, mx.float16),
+                                       (1, 1, 4, 256, 20000, mx.float16), (1, 2, 4, 128, 24000, mx.float16)):   # one / two KV heads over more than FOLD chunks: grouped per block, folded
             if scheme.startswith('affine') and D % 64: continue
             r = run(scheme, B, Hkv, G, D, n0, dt, a.steps)
             rows.append(r)

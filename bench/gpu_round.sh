@@ -60,6 +60,7 @@
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
+#       fewrows (one / two KV heads over more than FOLD chunks, grouped per block so the call folds: decode steps on the GPU, then a Gemma-3-shaped model)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
 #       amodel (bench/stage_served.py --more affine:4 affine:8,4 --unstaged: whole model, fp16 / turbo:4 / affine:4 / affine:8,4, the affine ones staged and with stage 0, one process, $ROUNDS (3) rounds)
 #       leanab (bench/stage_served.py --baseline .kvq_base --more affine:4: whole model, fp16 / turbo:4 staging / affine:4, and the same two with the host code of the commit in .kvq_base (bench/baseline_package.sh), 3 rounds; CTX="32768" for one context)
@@ -277,6 +278,8 @@ case $part in
   ring) timeout 200 python3 bench/check_prefill_pair.py > "$O/check.log" 2>&1; grep -E "ring write|ring cache|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on
         timeout 150 python3 bench/ring_step_cuda.py --kv turbo:4 > "$O/ringstep.log" 2>&1; cat "$O/ringstep.log"
         timeout ${LIMIT:-330} python3 bench/gemma_layers.py --kv turbo:4 --noring --rounds ${ROUNDS:-6} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/check.log" "$O/model.log" ;;
+  fewrows) timeout ${LIMIT1:-150} python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 --steps ${STEPS:-12} > "$O/steps.log" 2>&1; grep -E '"Hkv": [12],' "$O/steps.log" | cut -c1-220; tail -1 "$O/steps.log"   # rows of one / two KV heads over more than FOLD chunks fold; then a Gemma-3-shaped model
+           timeout ${LIMIT:-150} python3 bench/gemma_layers.py --kv turbo:4 --rounds ${ROUNDS:-4} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/steps.log" "$O/model.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

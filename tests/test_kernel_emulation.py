@@ -126,16 +126,20 @@ def test_block_merge_over_one_wave(monkeypatch):
         assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
 
 def test_blocks_per_row():
-    "Chunks per block: one below LPCH_MIN rows x chunks, LPCH up to WAVE blocks, more beyond (131K: 8 rows x 128 chunks in 512 blocks of 2, 16 rows in 512 blocks of 4)"
+    """Chunks per block: one below LPCH_MIN rows x chunks (at most FOLD blocks a row: rows of more chunks group them),
+    LPCH up to WAVE blocks, more beyond (131K: 8 rows x 128 chunks in 512 blocks of 2, 16 rows in 512 blocks of 4)"""
     assert AK._blocks_x(64, 8, AK.LPCH) == 64                       # 4K, 8 rows: 512 < LPCH_MIN
     assert AK._blocks_x(113, 8, 2) == 57                                     # 32K: LPCH = 2 within one wave
     assert AK._blocks_x(128, 8, 2) == 64 and AK._blocks_x(128, 16, 2) == 32  # 131K, one / two sequences: 512 blocks
     assert AK._blocks_x(256, 8, 2) == 64                                     # 512-token chunks: 4 per block
     assert AK._blocks_x(256, 8, 1) == 256 and AK._blocks_x(9, None, 2) == 5  # one chunk per block; no row count: LPCH
+    assert AK._blocks_x(256, 1, 2) == 128 and AK._blocks_x(147, 2, 2) == 74  # one / two KV heads at 32K: within FOLD, the call folds
+    assert AK._blocks_x(128, 2, 2) == 128                                    # 128 chunks: one per block still folds
     for R in (1, 2, 8, 24, 64):
-        for S in (1, 7, 64, 300, 4096):
+        for S in (1, 7, 64, 129, 300, 4096):
             gx = AK._blocks_x(S, R, 2)
-            assert gx == S if R * S < AK.LPCH_MIN else gx <= -(-S // 2) and R * gx <= AK.WAVE + R, (R, S, gx)
+            if R * S < AK.LPCH_MIN: assert gx == S if S <= AK.FOLD else AK.FOLD // 2 <= gx <= AK.FOLD, (R, S, gx)
+            else: assert gx <= -(-S // 2) and R * gx <= AK.WAVE + R, (R, S, gx)
 
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
