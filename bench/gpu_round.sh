@@ -278,7 +278,7 @@ case $part in
   ring) timeout 200 python3 bench/check_prefill_pair.py > "$O/check.log" 2>&1; grep -E "ring write|ring cache|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on
         timeout 150 python3 bench/ring_step_cuda.py --kv turbo:4 > "$O/ringstep.log" 2>&1; cat "$O/ringstep.log"
         timeout ${LIMIT:-330} python3 bench/gemma_layers.py --kv turbo:4 --noring --rounds ${ROUNDS:-6} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/check.log" "$O/model.log" ;;
-  fewrows) timeout ${LIMIT1:-150} python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 --steps ${STEPS:-12} > "$O/steps.log" 2>&1; grep -E '"Hkv": [12],' "$O/steps.log" | cut -c1-220; tail -1 "$O/steps.log"   # rows of one / two KV heads over more than FOLD chunks fold; then a Gemma-3-shaped model
+  fewrows) timeout ${LIMIT1:-150} python3 bench/check_decode_steps.py --schemes turbo:4 --steps ${STEPS:-12} > "$O/steps.log" 2>&1; grep -E '"Hkv": [12],' "$O/steps.log" | cut -c1-220; tail -1 "$O/steps.log"   # rows of one / two KV heads over more than FOLD chunks fold; then a Gemma-3-shaped model
            timeout ${LIMIT:-150} python3 bench/gemma_layers.py --kv turbo:4 --rounds ${ROUNDS:-4} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/steps.log" "$O/model.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
