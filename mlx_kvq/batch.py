@@ -231,9 +231,30 @@ class BatchQuantizedRotatingKVCache(BatchRotatingKVCache):
     def update_and_fetch(self, keys, values):
         check_update(self, keys, values)
         if self.keys is None: self.k_codec.check_dim(keys.shape[-1]); self.v_codec.check_dim(values.shape[-1])
+        elif keys.shape[2] == 1 and self._lengths is None:
+            got = self._write_into(keys, values)
+            if got is not None: return got
         k, v = (Parts(p) for p in self.k_codec.encode_pair(self.v_codec, keys, values))
         if self.keys is not None: _check_shapes([self.keys, k], "extend")
         return BatchRotatingKVCache.update_and_fetch(self, k, v)
+
+    def _write_into(self, keys, values):
+        """A decode token quantized into copies of the rings (`Codec.encode_into`: one CUDA launch for a turbo pair) where
+        mlx-lm's in-place write needs no growth and no trim, its rotation and bookkeeping as `_update_in_place`'s; else None"""
+        cap = self.keys.shape[2]
+        if self._offset >= cap < self.max_size or cap > self.max_size: return None
+        idx = 0 if self._idx == self.max_size else self._idx
+        if idx + 1 > cap: return None
+        got = self.k_codec.encode_into(self.v_codec, tuple(self.keys), tuple(self.values), idx, keys, values)
+        if got is None: return None
+        if self._idx == self.max_size: self.rotated = True
+        if self.rotated: self.left_padding -= 1
+        self.keys, self.values = Parts(got[0]), Parts(got[1])
+        self._offset += 1
+        self.offset = self.offset + 1
+        self._idx = idx + 1
+        self._depends()
+        return self.keys_and_values()
 
     def trim(self, n): return BatchRotatingKVCache.trim(self, check_trim(self, n, ring=True))
 

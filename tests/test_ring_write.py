@@ -160,3 +160,45 @@ def test_a_full_ring_holds_its_decode_launch(monkeypatch):
     kk, vv = c.keys, c.values
     c.attend(mx.random.normal((1, 8, 1, 64)).astype(mx.float16), kk, vv, scale=0.125)
     assert len(runs) == 3
+
+
+@pytest.mark.parametrize('kv', [(4, 4), (3, 2)])
+def test_a_batch_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monkeypatch, kv):
+    """A BatchQuantizedRotatingKVCache (2 rows, left padding 3 and 0, window 8) fed a prompt and 12 decode tokens on the
+    emulated CUDA path: with the same widths the decode tokens that need no growth go through `quantize_into_pair` (none
+    with widths that differ), and after every step its parts, offsets, left padding, write index and rotation equal
+    those of the same cache with RING off, bit for bit, as do the keys and values `update_and_fetch` returns"""
+    from mlx_kvq.batch import BatchQuantizedRotatingKVCache
+    make = lambda: BatchQuantizedRotatingKVCache(TurboCodec(kv[0]), TurboCodec(kv[1], seed=1), 8, [3, 0])
+    h = lambda L, key: mx.random.normal((2, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    steps = [(h(5, 0), h(5, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(12)]
+    into = []
+    monkeypatch.setattr(P, '_fused_into_pair', lambda *a, f=P._fused_into_pair: into.append(a[2]) or f(*a))
+    ring, sliced = make(), make()
+    for k, v in steps:
+        a = ring.update_and_fetch(k, v)
+        monkeypatch.setattr(P, 'RING', False)
+        b = sliced.update_and_fetch(k, v)
+        monkeypatch.setattr(P, 'RING', True)
+        assert (ring._offset, ring._idx, ring.rotated) == (sliced._offset, sliced._idx, sliced.rotated)
+        assert mx.array_equal(ring.offset, sliced.offset) and mx.array_equal(ring.left_padding, sliced.left_padding)
+        for x, y in zip((*a[0], *a[1], *ring.keys, *ring.values), (*b[0], *b[1], *sliced.keys, *sliced.values)):
+            assert x.shape == y.shape and mx.array_equal(x, y)
+    if kv[0] == kv[1]:   # the prompt, then a growth to 8 (slices), then 11 writes at 6, 7, 0, 1, ... around the ring
+        assert into == [6, 7] + [j % 8 for j in range(9)]
+    else:
+        assert into == []
+
+
+def test_a_batch_row_holds_what_a_single_ring_holds(emulated):
+    """Batch equals single on the CUDA path: a one-row BatchQuantizedRotatingKVCache and a QuantizedRotatingKVCache (its held
+    launch serving most steps) fed the same prompt and 14 decode tokens hold the same parts, bit for bit, after every step"""
+    from mlx_kvq.batch import BatchQuantizedRotatingKVCache
+    kc, vc = TurboCodec(4), TurboCodec(4, seed=1)
+    single, batch = QuantizedRotatingKVCache(8, 0, kc, vc), BatchQuantizedRotatingKVCache(kc, vc, 8, [0])
+    h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    for i, (k, v) in enumerate([(h(5, 0), h(5, 1))] + [(h(1, 2 * i + 2), h(1, 2 * i + 3)) for i in range(14)]):
+        a, b = single.update_and_fetch(k, v), batch.update_and_fetch(k, v)
+        for x, y in zip((*a[0], *a[1]), (*b[0], *b[1])):
+            assert x.shape == y.shape and mx.array_equal(x, y), i
+    assert single.__dict__.get('_ringw') is not None
