@@ -1086,16 +1086,31 @@ def _append_kernel():
                                 ["wk", "nk", "wv", "nv"], _QA_CUDA)
     return _QAK["k"]
 
+def _qa_launch(xk, W, cap, rk, ck, rv, cv):
+    """(launch arguments, constant inputs, rows, quantize blocks) of the append kernel for the update `xk` (B, H, n, N)
+    into new storages of `cap` tokens of W words: the quantize warps' blocks, then a copy thread per row of each side"""
+    B, H, n, N = xk.shape; rows = B * H * n
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
+    launch = dict(template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
+                  grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+                  output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    return launch, [_signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries')], rows, qb
+
 def _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
-    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap     # copy threads: a row of one side each
-    meta = _meta3(rows, n, prev, old_k[0].shape[-2], cap, qb, prev)     # rows, tokens, held, old and new capacity, quantize blocks, rows kept
-    out = _append_kernel()(
-        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'), meta],
-        template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
-        grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
-        output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    launch, consts, rows, qb = _qa_launch(xk, old_k[0].shape[-1], cap, rk, ck, rv, cv)
+    meta = _meta3(rows, xk.shape[2], prev, old_k[0].shape[-2], cap, qb, prev)     # rows, tokens, held, old and new capacity, quantize blocks, rows kept
+    out = _append_kernel()(inputs=[xk, xv, *old_k, *old_v, *consts, meta], **launch)
     return tuple(out[:2]), tuple(out[2:])
+
+def _pair_storage_fits(old_k, old_v, xk, rk, ck, xv, rv, cv):
+    """Whether the append kernel takes an update `xk` / `xv` beside storages `old_k` / `old_v` ((words, norms) each): one
+    shape and dtype for both sides, codebooks of one width, storages of the same batch, heads and word count"""
+    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return False
+    (owk, onk), (owv, onv) = old_k, old_v
+    xs, sk = xk.shape, owk.shape
+    return (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
+            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
+            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16)
 
 def _grown_ref(old, new, prev, cap):
     "The held slices of `old`'s parts, `new`'s parts and zeros up to `cap` tokens, concatenated per part"
@@ -1128,14 +1143,9 @@ def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     if not (PAIR and APPEND and kernel_backend() == "cuda" and prev > 0 and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
     key = (id(rk), id(ck), id(rv), id(cv), xk.dtype)
     got = _QAREADY.get(key)
-    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
-    (owk, onk), (owv, onv) = old_k, old_v
-    xs, sk = xk.shape, owk.shape
-    fits = (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
-            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
-            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16
-            and prev <= sk[2] and cap >= prev + xs[2] and xs[0] * xs[1] * cap < 2 ** 30)
-    if not fits: return None
+    if not _pair_storage_fits(old_k, old_v, xk, rk, ck, xv, rv, cv): return None
+    xs, sk = xk.shape, old_k[0].shape
+    if not (prev <= sk[2] and cap >= prev + xs[2] and xs[0] * xs[1] * cap < 2 ** 30): return None
     if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
         return _fused_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv)
     if not (_pairs(rk, xk.shape[-1]) and _pairs(rv, xv.shape[-1])): return None
@@ -1163,14 +1173,9 @@ def _ring_meta(rows, n, pos, cap, qb):
     return got
 
 def _fused_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
-    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; cap = old_k[0].shape[-2]; rows = B * H * n
-    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
-    out = _append_kernel()(
-        inputs=[xk, xv, *old_k, *old_v, _signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries'),
-                _ring_meta(rows, n, pos, cap, qb)],
-        template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
-        grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
-        output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
+    cap = old_k[0].shape[-2]
+    launch, consts, rows, qb = _qa_launch(xk, old_k[0].shape[-1], cap, rk, ck, rv, cv)
+    out = _append_kernel()(inputs=[xk, xv, *old_k, *old_v, *consts, _ring_meta(rows, xk.shape[2], pos, cap, qb)], **launch)
     return tuple(out[:2]), tuple(out[2:])
 
 def _into_ref(old, new, pos):
@@ -1192,14 +1197,9 @@ def quantize_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
     one launch (verified on first use) instead of the pair kernel and a slice update per storage part; None elsewhere
     (the caller writes the slices)."""
     if not (PAIR and RING and kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
-    if len(old_k) != 2 or len(old_v) != 2 or not all(isinstance(p, mx.array) for p in (*old_k, *old_v)): return None
-    (owk, onk), (owv, onv) = old_k, old_v
-    xs, sk = xk.shape, owk.shape
-    fits = (len(xs) == 4 and len(sk) == 4 and xs == xv.shape and xk.dtype == xv.dtype and xs[2] > 0 and ck.bits == cv.bits and xs[3] == rk.dim == rv.dim
-            and sk[:2] == xs[:2] and owv.shape == sk and onk.shape == onv.shape == (*sk[:3], 1) and sk[3] == packed_words(xs[3], ck.bits)
-            and owk.dtype == owv.dtype == mx.uint32 and onk.dtype == onv.dtype == mx.float16
-            and isinstance(pos, int) and 0 <= pos and pos + xs[2] <= sk[2] and xs[0] * xs[1] * sk[2] < 2 ** 30)
-    if not fits: return None
+    if not _pair_storage_fits(old_k, old_v, xk, rk, ck, xv, rv, cv): return None
+    xs, sk = xk.shape, old_k[0].shape
+    if not (isinstance(pos, int) and 0 <= pos and pos + xs[2] <= sk[2] and xs[0] * xs[1] * sk[2] < 2 ** 30): return None
     key = (id(rk), id(ck), id(rv), id(cv), xk.dtype, sk[2])
     got = _QIREADY.get(key)
     if got is not None and got[0] is rk and got[1] is ck and got[2] is rv and got[3] is cv:    # verified: launch
@@ -1224,13 +1224,8 @@ def into_writer(old_k, old_v, xk, rk, ck, xv, rv, cv):
     cap = old_k[0].shape[-2]
     got = _QIREADY.get((id(rk), id(ck), id(rv), id(cv), xk.dtype, cap))
     if got is None or got[0] is not rk or got[1] is not ck or got[2] is not rv or got[3] is not cv: return None
-    B, H, n, N = xk.shape; W = old_k[0].shape[-1]; rows = B * H * n
-    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
-    kern, consts = _append_kernel(), [_signs_of(rk), _signs_of(rv), _scaled(ck, N, 'boundaries'), _scaled(cv, N, 'boundaries')]
-    launch = dict(template=[("N", N), ("BITS", ck.bits), ("W", W), ("E", N // 32), ("ROTATE", True), ("WARPS", _WARPS)],
-                  grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
-                  output_shapes=[(B, H, cap, W), (B, H, cap, 1)] * 2, output_dtypes=[mx.uint32, mx.float16] * 2)
-    metas = {}
+    launch, consts, rows, qb = _qa_launch(xk, old_k[0].shape[-1], cap, rk, ck, rv, cv)
+    kern, n, metas = _append_kernel(), xk.shape[2], {}
     def write(ok, ov, pos, xk, xv):
         m = metas.get(pos)
         if m is None: m = metas[pos] = _ring_meta(rows, n, pos, cap, qb)
