@@ -15,15 +15,8 @@ from mlx_kvq.turbo_codec import TurboCodec
 
 
 @pytest.fixture
-def emulated(monkeypatch):
-    "The CUDA code path with the emulated kernels, fresh guards and kernels (nothing verified yet)"
-    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
-    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
-    monkeypatch.setattr(P, 'INCLUDE', False)
-    monkeypatch.setattr(P, '_PKERNELS', {}); monkeypatch.setattr(P, '_RGUARDS', {}); monkeypatch.setattr(P, '_DTGUARDS', {})
-    monkeypatch.setattr(P, '_DPK', {}); monkeypatch.setattr(P, '_DPGUARDS', {}); monkeypatch.setattr(P, '_APK', {}); monkeypatch.setattr(P, '_APGUARDS', {})
-    monkeypatch.setattr(P, '_READY', {}); monkeypatch.setattr(P, '_QAK', {}); monkeypatch.setattr(P, '_QAGUARDS', {}); monkeypatch.setattr(P, '_QAREADY', {})
-    monkeypatch.setattr(P, 'APPEND', True)     # the append kernel (off by default) is tested where asked for
+def emulated(emulated_packing):
+    "The CUDA code path with the emulated kernels, fresh guards and kernels (conftest.py)"
 
 
 @pytest.mark.parametrize('dim', [64, 128, 256])

@@ -15,13 +15,8 @@ from mlx_kvq.kvsplit import QuantizedRotatingKVCache
 
 
 @pytest.fixture
-def emulated(monkeypatch):
-    "The CUDA code path with the emulated kernels, fresh guards and kernels (nothing verified yet)"
-    monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
-    monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
-    monkeypatch.setattr(P, 'INCLUDE', False)
-    for name in ('_QAK', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH'):
-        monkeypatch.setattr(P, name, {})
+def emulated(emulated_packing):
+    "The CUDA code path with the emulated kernels, fresh guards and kernels (conftest.py)"
 
 
 def _ring_case(bits, dim, dtype, pos, n=1, cap=12):
