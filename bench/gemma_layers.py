@@ -10,7 +10,7 @@ pipelined), refilled between rounds where they cannot be trimmed. Prints tokens/
 that round's fp16, the caches' bytes, and with `--profile N` the host's own time per function over N steps (cProfile).
 `--noring` adds, per scheme, the same caches run with `packing.RING = False` (a ring's decode token written by the pair
 kernel and slice updates instead of one `quantize_into_pair` launch), alternating with the others."""
-import argparse, cProfile, io, pstats, statistics, sys, time
+import argparse, cProfile, io, pstats, statistics, time
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import RotatingKVCache
@@ -66,7 +66,7 @@ for context in a.context:
             tps[n].append(run(sets[n], a.steps, ring=not n.endswith(' noring')))
             sets[n] = filled(n, context)          # rings cannot be trimmed back: the same contents again
         print(f"round {r}: " + ', '.join(f"{n} {tps[n][-1]:.1f}" for n in names), flush=True)
-    print(f"\n| context | caches | tokens/s (median) | vs fp16 (median of rounds, range) | KV MiB |\n| ---: | --- | ---: | ---: | ---: |")
+    print("\n| context | caches | tokens/s (median) | vs fp16 (median of rounds, range) | KV MiB |\n| ---: | --- | ---: | ---: | ---: |")
     for n in names:
         rat = [t / f for t, f in zip(tps[n], tps['fp16'])]
         print(f"| {context} | {n} | {statistics.median(tps[n]):.1f} | {statistics.median(rat):.2f}x ({min(rat):.2f}-{max(rat):.2f}) | {nbytes[n] / 2**20:.1f} |")

@@ -16,7 +16,6 @@ from pathlib import Path
 import mlx.core as mx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_lm.models.cache import RotatingKVCache
-from mlx_kvq import make_prompt_cache
 from mlx_kvq.bench import _fill
 from mlx_kvq.kvsplit import QuantizedRotatingKVCache
 from mlx_kvq.integrate import parse_scheme

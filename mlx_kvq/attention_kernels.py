@@ -897,7 +897,7 @@ def _blocks_x(S, R, pch):
     """Blocks along S chunks when each may serve `pch` in turn: all `pch` only where R x S reaches LPCH_MIN (short contexts:
     one chunk per block, more blocks in flight), and more than `pch` where R x S / pch would exceed WAVE blocks (long
     contexts: one wave of resident blocks, each serving more chunks). Below LPCH_MIN, a row of more than FOLD chunks (one
-    or two KV heads over a long context: Gemma 3 270M / 1B, small Qwen models) is served by at most FOLD blocks, each
+    or two KV heads over a long context: Gemma 3 270M / 1B) is served by at most FOLD blocks, each
     merging its chunks into one partial (`BMERGE`), so that the call still folds: one launch, and a staging cache's
     staged tokens quantized by the fold rather than by the blockwise path"""
     if pch <= 1: return S
