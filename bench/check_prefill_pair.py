@@ -3,9 +3,12 @@ model's space in one launch) against the codecs' own decode of the held slices, 
 `attention.attend` (the `_pair_prefill` route) against `codec_attention` in float32, over dims, bits, dtypes and storages holding fewer tokens than their capacity;
 `packing.quantize_append_pair` (a prefill chunk quantized into grown storages) against the held slices, the reference
 quantization and zeros, `packing.quantize_into_pair` (a decode token quantized into a full ring) against the kept
-rows and the reference quantization, and the kept launches of verified pair decodes at other token counts.
+rows and the reference quantization, `packing.affine_into_pair` (an affine pair's decode token into a full ring) against
+the kept rows and MLX's CUDA `mx.quantize`, sliding-window caches of both kinds against their slice path, and the kept launches of verified pair decodes at other token counts.
 
-    python3 bench/check_prefill_pair.py [--ring]   # one line per case and 'N failing' at the end; --ring: the ring write and the sliding-window caches only (they run first)"""
+    python3 bench/check_prefill_pair.py [--ring | --affine-ring]   # one line per case and 'N failing' at the end; --ring: the ring
+                                                                   # writes and the sliding-window caches only (they run first);
+                                                                   # --affine-ring: the affine ones only"""
 import sys, warnings
 from pathlib import Path
 import mlx.core as mx
@@ -29,7 +32,8 @@ def main():
     print(f"backend {P.kernel_backend()}, MLX {mx.__version__}, {mx.default_device()}")
     bad = 0
     warnings.simplefilter('error')     # a first-use refusal warns: a failure here
-    for (bits, dim) in [(4, 64), (3, 128), (4, 256), (2, 256), (8, 128)]:     # a decode token quantized into a full sliding-window ring
+    turbo_rings = "--affine-ring" not in sys.argv     # --affine-ring: the affine ring write and caches only
+    for (bits, dim) in [(4, 64), (3, 128), (4, 256), (2, 256), (8, 128)] * turbo_rings:     # a decode token quantized into a full sliding-window ring
         for dt in (mx.float16, mx.bfloat16, mx.float32):
             (k, kc), (v, vc) = side(bits, dim, 1, 512, bits + dim + 2), side(bits, dim, 2, 512, bits + dim + 3)
             errs = []
@@ -45,7 +49,7 @@ def main():
                 bad += not ok
             print(f"ring write pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
     from mlx_kvq.kvsplit import QuantizedRotatingKVCache      # sliding-window caches: the ring kernel and its held launch against slices
-    for bits, dim, keep, dt in [(4, 256, 0, mx.float16), (3, 128, 4, mx.bfloat16), (4, 64, 0, mx.float32)]:
+    for bits, dim, keep, dt in [(4, 256, 0, mx.float16), (3, 128, 4, mx.bfloat16), (4, 64, 0, mx.float32)] * turbo_rings:
         make = lambda: QuantizedRotatingKVCache(64, keep, TurboCodec(bits), TurboCodec(bits, seed=1))
         h = lambda L, key: mx.random.normal((1, 2, L, dim), key=mx.random.key(key)).astype(dt)
         ring, sliced, same, held, worst, runs = make(), make(), True, 0, 0.0, 0
@@ -66,7 +70,47 @@ def main():
         bad += not ok
         print(f"ring cache turbo:{bits} d{dim} keep {keep} {dt}: 150 steps bit-equal to the slice path {same}, held write on {held} steps, "
               f"held attention on {runs}, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
-    if "--ring" in sys.argv:     # the ring write and the sliding-window caches only
+    for kv, gs, dim in [((4, 4), 64, 128), ((8, 4), 64, 256), ((4, 8), 32, 64), ((8, 8), 128, 128), ((4, 4), 128, 256), ((4, 4), 32, 96)]:
+        for dt in (mx.float16, mx.bfloat16, mx.float32):     # an affine pair's decode token quantized into a full ring (`affine_into_pair`)
+            kc, vc = AffineCodec(kv[0], gs), AffineCodec(kv[1], gs)
+            k = kc.encode(mx.random.normal((2, 4, 512, dim), key=mx.random.key(kv[0] + dim)))
+            v = vc.encode(mx.random.normal((2, 4, 512, dim), key=mx.random.key(kv[1] + dim + 1)))
+            errs, exact = [], True
+            for n, pos in ((1, 0), (1, 300), (1, 511), (3, 17)):
+                x = lambda key: (mx.random.normal((2, 4, n, dim), key=mx.random.key(key)) * 2 + 0.3).astype(dt)
+                args = (k, v, pos, x(pos + 5), (kv[0], gs), x(pos + 6), (kv[1], gs))
+                try:
+                    out = P.affine_into_pair(*args)
+                    ref = P._ai_reference(*args)
+                    why = 'declined' if out is None else P._ai_agree(out, ref, *args)
+                    ok = why is None and P._AIGUARDS['cuda'].state.get(P._ai_class(*args)) is True
+                    exact = exact and out is not None and all(mx.array_equal(a, b).item() for a, b in zip((*out[0], *out[1]), (*ref[0], *ref[1])))
+                except Exception as e: ok, why = False, repr(e)[:200]
+                errs.append(why)
+                bad += not ok
+            print(f"ring write affine {kv[0]}/{kv[1]}b g{gs} d{dim} {dt}: {errs} bit-equal to mx.quantize {exact} {'ok' if all(e is None for e in errs) else 'FAIL'}")
+    for kv, gs, dim, keep, dt in [((4, 4), 64, 256, 0, mx.float16), ((8, 4), 64, 128, 4, mx.bfloat16), ((4, 4), 32, 64, 0, mx.float32)]:
+        make = lambda: QuantizedRotatingKVCache(64, keep, AffineCodec(kv[0], gs), AffineCodec(kv[1], gs))
+        h = lambda L, key: mx.random.normal((1, 2, L, dim), key=mx.random.key(key)).astype(dt)
+        ring, sliced, same, held, worst, runs = make(), make(), True, 0, 0.0, 0
+        for i in range(150):
+            k, v = (h(40, 0), h(40, 1)) if i == 0 else (h(1, 2 * i), h(1, 2 * i + 1))
+            a = ring.update_and_fetch(k, v)
+            held += ring.__dict__.get('_ringw') is not None
+            if i:
+                q = mx.random.normal((1, 8, 1, dim), key=mx.random.key(1000 + i)).astype(dt)
+                runs += ring.__dict__.get('_ringa') is not None
+                out = ring.attend(q, *a, scale=dim ** -0.5)
+                ref = codec_attention(q.astype(mx.float32), A.CachedSide(ring.k_codec, parts=tuple(a[0])), A.CachedSide(ring.v_codec, parts=tuple(a[1])), scale=dim ** -0.5)
+                worst = max(worst, mx.abs(out.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
+            P.AFFINE_RING = False; b = sliced.update_and_fetch(k, v); P.AFFINE_RING = True
+            same = same and (ring.offset, ring._idx) == (sliced.offset, sliced._idx) and all(
+                x.shape == y.shape and mx.array_equal(x, y).item() for x, y in zip((*a[0], *a[1]), (*b[0], *b[1])))
+        ok = same and held >= 100 and runs >= 100 and worst <= max(TOL[dt], 2e-3)
+        bad += not ok
+        print(f"ring cache affine:{kv[0]},{kv[1]} g{gs} d{dim} keep {keep} {dt}: 150 steps bit-equal to the slice path {same}, held write on {held} steps, "
+              f"held attention on {runs}, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
+    if "--ring" in sys.argv or not turbo_rings:     # the ring write and the sliding-window caches only
         print(f"{bad} failing")
         sys.exit(1 if bad else 0)
     for (bk, dk), (bv, dv) in [((4, 64), (4, 64)), ((3, 128), (3, 128)), ((4, 128), (2, 128)), ((2, 256), (4, 256)), ((8, 64), (1, 64)), ((4, 256), (3, 64))]:

@@ -8,7 +8,7 @@ Per scheme two cache sets beside fp16's: every layer compressed (what `make_prom
 filled once to `--context` tokens (the rings hold their window) and timed in alternating rounds (mlx-lm `generate_step`,
 pipelined), refilled between rounds where they cannot be trimmed. Prints tokens/s, the median of each round's ratio to
 that round's fp16, the caches' bytes, and with `--profile N` the host's own time per function over N steps (cProfile).
-`--noring` adds, per scheme, the same caches run with `packing.RING = False` (a ring's decode token written by the pair
+`--noring` adds, per scheme, the same caches run with `packing.RING = packing.AFFINE_RING = False` (a ring's decode token written by the pair
 kernel and slice updates instead of one `quantize_into_pair` launch), alternating with the others."""
 import argparse, cProfile, io, pstats, statistics, time
 import mlx.core as mx
@@ -44,7 +44,7 @@ def filled(name, context):
     return cs
 
 def run(cs, n, prof=None, ring=True):
-    P.RING = ring
+    P.RING = P.AFFINE_RING = ring
     gen = generate_step(mx.array([1]), model, prompt_cache=cs, max_tokens=a.warmup + n)
     for _ in range(a.warmup): next(gen)
     if prof: prof.enable()
@@ -53,7 +53,7 @@ def run(cs, n, prof=None, ring=True):
     dt = time.perf_counter() - t0
     if prof: prof.disable()
     for _ in gen: pass
-    P.RING = True
+    P.RING = P.AFFINE_RING = True
     return n / dt
 
 names = ['fp16'] + [n for s in a.kv for n in (s, s + '/global') + ((s + ' noring',) if a.noring else ())]

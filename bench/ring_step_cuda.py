@@ -7,7 +7,7 @@ head dim 256) each taking one token and attending, all evaluated together, as a 
 Rows: `fp16` (mlx-lm's RotatingKVCache + mx.fast SDPA), and per quantized scheme the whole layer step
 (`update_and_fetch` + `attend`) and its pieces alone: `encode` (the codec pair's encode of the token), `update`
 (`update_and_fetch`: encode + the writes into the ring), `attend` (the attention over a ring that does not change);
-`step noring` / `update noring` with `packing.RING = False` (the token by the pair kernel and slice updates, not one
+`step noring` / `update noring` with `packing.RING = packing.AFFINE_RING = False` (the token by the pair kernel and slice updates, not one
 `quantize_into_pair` launch).
 Columns: build (Python and MLX graph building), submit (`mx.async_eval`) and wait (until the GPU is done), us per layer,
 medians over rounds of `--steps` steps each."""
@@ -65,7 +65,7 @@ def step_fn(kv, piece, cs):
     return step
 
 def timed(step, n, ring=True):
-    P.RING = ring                                                 # off: a ring's token by the pair kernel and slice updates
+    P.RING = P.AFFINE_RING = ring                                                 # off: a ring's token by the pair kernel and slice updates
     b = s = w = 0.0
     for j in range(n):
         t0 = time.perf_counter(); outs = step(j)
@@ -73,7 +73,7 @@ def timed(step, n, ring=True):
         t2 = time.perf_counter(); mx.eval(outs)
         t3 = time.perf_counter()
         b += t1 - t0; s += t2 - t1; w += t3 - t2
-    P.RING = True
+    P.RING = P.AFFINE_RING = True
     return [1e6 * x / (n * a.layers) for x in (b, s, w)]
 
 rows = [('fp16', 'step'), ('fp16', 'update'), ('fp16', 'attend')] + [(kv, p) for kv in a.kv for p in ('step', 'encode', 'update', 'attend', 'step noring', 'update noring')]

@@ -8,7 +8,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 from __future__ import annotations
 import re
 
-from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
+from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
@@ -552,22 +552,8 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
 
-# one group of an affine side's staged row (a warp; lane holds VPR consecutive values `w`): MLX's CUDA `mx.quantize`
-# arithmetic (mlx/backend/cuda/quantized/affine_quantize.cu, MLX 0.32): min from the float maximum, max from 0, the
-# warp's min and max, then scale and bias by the same float operations (IEEE division; KVQ_QROUND: MLX's CUDA build
-# rounds half away from zero, `roundf`; the CPU stand-in of the kernel tests rounds as MLX's CPU build, to even)
-_AFFINE_QUANT_CUDA = r"""                    float w[VPR], mn = 3.402823466e+38f, mxv = 0.0f;
-                    for (int i = 0; i < VPR; ++i) { w[i] = (float)xr[grp * GS + lane * VPR + i]; mn = fminf(mn, w[i]); mxv = fmaxf(mxv, w[i]); }
-                    for (int off = 16; off > 0; off >>= 1) { mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off)); mxv = fmaxf(mxv, __shfl_xor_sync(0xffffffffu, mxv, off)); }
-                    float scale = fmaxf(__fdiv_rn(__fsub_rn(mxv, mn), NB), 1e-7f);
-                    const bool side = fabsf(mn) > fabsf(mxv);
-                    scale = side ? scale : -scale;
-                    const float edge = side ? mn : mxv;
-                    const float q0 = KVQ_QROUND(__fdiv_rn(edge, scale));
-                    const bool at_zero = q0 == 0.0f;
-                    scale = at_zero ? scale : __fdiv_rn(edge, q0);
-                    const float bias = at_zero ? 0.0f : edge;
-"""
+# one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
+# affine ring write runs too)
 
 def _tail_side(spec, width):
     """How a staged side is quantized in the kernel: `spec` is the turbo codec's bits (an int: one Walsh-Hadamard block,

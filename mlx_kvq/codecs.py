@@ -9,7 +9,7 @@ from __future__ import annotations
 import json, math
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
-from .packing import affine_dequantize
+from .packing import affine_dequantize, affine_into_pair, affine_into_writer
 
 # %% auto #0
 __all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
@@ -112,6 +112,17 @@ class AffineCodec(Codec):
     def encode(self, x):
         w, s, b = mx.quantize(x, group_size=self.group_size, bits=self.bits)
         return (w, s.astype(mx.float16), b.astype(mx.float16))
+    def encode_into(self, other, old_k, old_v, pos, keys, values):
+        """On CUDA, keys by this codec and values by `other` (an AffineCodec too, widths of `packing.AFFINE_PAIR_BITS`)
+        quantized into copies of the storages at tokens pos .. pos + n - 1, every other token kept (`affine_into_pair`:
+        one launch instead of two `mx.quantize` and six slice updates, a sliding-window ring's decode step); else None"""
+        if type(self) is not AffineCodec or type(other) is not AffineCodec: return None
+        self.check_dim(keys.shape[-1]); other.check_dim(values.shape[-1])
+        return affine_into_pair(old_k, old_v, pos, keys, (self.bits, self.group_size), values, (other.bits, other.group_size))
+    def into_writer(self, other, old_k, old_v, keys, values):
+        "`packing.affine_into_writer` of an affine pair (the launch `encode_into` verified), else None"
+        if type(self) is not AffineCodec or type(other) is not AffineCodec: return None
+        return affine_into_writer(old_k, old_v, keys, (self.bits, self.group_size), values, (other.bits, other.group_size))
     def decode(self, parts, dtype=mx.float32):
         w, s, b = parts
         if w.shape[-2] == 0: return mx.zeros((*w.shape[:-1], w.shape[-1] * 32 // self.bits), dtype)   # (mx.dequantize fails on no tokens)

@@ -292,7 +292,8 @@ def _rot_update_and_fetch(self, keys, values):
         # verified and made (anything that replaces the storage, or another update, takes the path below)
         pos = self.keep if self._idx == self.max_size else self._idx
         out = w[0](tuple(self.keys), tuple(self.values), pos, keys, values)
-        self.keys, self.values = Parts._of((out[0], out[1])), Parts._of((out[2], out[3]))
+        nk = len(self.keys.parts)          # the key side's parts first (two for turbo, three for affine), then the value side's
+        self.keys, self.values = Parts._of(tuple(out[:nk])), Parts._of(tuple(out[nk:]))
         self.__dict__['_ringw'] = (w[0], out[0], *w[2:])
         self.offset += 1; self._idx = pos + 1
         return self.keys_and_values()       # the whole ring once it is full, its first `offset` tokens before

@@ -17,13 +17,13 @@ from .rotation import get_rotation
 
 # %% auto #0
 __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 'AFFINE_PAIR_BITS', 'APPEND', 'RING',
-           'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
+           'AFFINE_RING', 'packed_words', 'pack_ref', 'unpack_ref', 'pack', 'unpack', 'codebook_scale', 'nearest_code',
            'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel',
            'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
            'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
            'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
            'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'into_writer',
-           'check_fused']
+           'affine_into_pair', 'affine_into_writer', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -1231,6 +1231,197 @@ def into_writer(old_k, old_v, xk, rk, ck, xv, rv, cv):
         if m is None: m = metas[pos] = _ring_meta(rows, n, pos, cap, qb)
         return kern(inputs=[xk, xv, ok[0], ok[1], ov[0], ov[1], *consts, m], **launch)
     write.keep = got      # the rotations and codebooks whose ids the launch was verified for, kept alive
+    return write
+
+# one group of an affine row (a warp; lane holds VPR consecutive values `w` of row `xr`, group `grp`): MLX's CUDA
+# `mx.quantize` arithmetic (mlx/backend/cuda/quantized/affine_quantize.cu, MLX 0.32): min from the float maximum, max from
+# 0, the warp's min and max, then scale and bias by the same float operations (IEEE division; KVQ_QROUND: MLX's CUDA build
+# rounds half away from zero, `roundf`; the CPU stand-in of the kernel tests rounds as MLX's CPU build, to even). The
+# staged decode kernel (03a) and the affine ring write below run it.
+_AFFINE_QUANT_CUDA = r"""                    float w[VPR], mn = 3.402823466e+38f, mxv = 0.0f;
+                    for (int i = 0; i < VPR; ++i) { w[i] = (float)xr[grp * GS + lane * VPR + i]; mn = fminf(mn, w[i]); mxv = fmaxf(mxv, w[i]); }
+                    for (int off = 16; off > 0; off >>= 1) { mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off)); mxv = fmaxf(mxv, __shfl_xor_sync(0xffffffffu, mxv, off)); }
+                    float scale = fmaxf(__fdiv_rn(__fsub_rn(mxv, mn), NB), 1e-7f);
+                    const bool side = fabsf(mn) > fabsf(mxv);
+                    scale = side ? scale : -scale;
+                    const float edge = side ? mn : mxv;
+                    const float q0 = KVQ_QROUND(__fdiv_rn(edge, scale));
+                    const bool at_zero = q0 == 0.0f;
+                    scale = at_zero ? scale : __fdiv_rn(edge, q0);
+                    const float bias = at_zero ? 0.0f : edge;
+"""
+
+# an affine pair's decode token written into copies of its ring: blocks 0 .. meta[4]-1 are quantize warps, one per
+# (side, token row): each group as `mx.quantize` makes it (`_AFFINE_QUANT_CUDA`), codes through shared memory packed
+# into words (code e of a word at bits e * BITS: widths 4 and 8), scale and bias rounded to the model's dtype and then
+# to float16 as `AffineCodec` stores them, at row meta[2] + (row % n) of the new storage (capacity meta[3]); the other
+# blocks, a thread per (side, storage row), copy every other row's words, scales and biases from the old storages.
+_AI_SIDE_CUDA = r"""
+        constexpr int GS = G@, NGR = D@ / G@, VPR = G@ / 32, PER = 32 / B@, WW = D@ / PER;
+        constexpr float NB = (float)((1 << B@) - 1);
+        const T* const xr = x@ + (size_t)row * D@;
+        const size_t orow = (size_t)(row / n) * cap + pos + (row % n);
+        for (int grp = 0; grp < NGR; ++grp) {
+""" + "@AQ@" + r"""                    for (int i = 0; i < VPR; ++i) sc[warp][grp * GS + lane * VPR + i] = (unsigned char)fminf(KVQ_QROUND(__fdiv_rn(__fsub_rn(w[i], bias), scale)), NB);
+                    if (lane == 0) { s@[orow * NGR + grp] = __float2half_rn((float)(T)scale); b@[orow * NGR + grp] = __float2half_rn((float)(T)bias); }
+        }
+        __syncwarp();
+        for (int q = lane; q < WW; q += 32) {
+            unsigned int u = 0u;
+            for (int e = 0; e < PER; ++e) u |= (unsigned int)sc[warp][q * PER + e] << (e * B@);
+            w@[orow * WW + q] = u;
+        }
+"""
+_AI_COPY_CUDA = r"""
+        {
+            constexpr int WW = D@ * B@ / 32, NGR = D@ / G@;
+            const unsigned int* src = ow@ + (size_t)r * WW;
+            unsigned int* dst = w@ + (size_t)r * WW;
+            if constexpr (WW % 4 == 0) {
+                for (int q = 0; q < WW; q += 4) *reinterpret_cast<uint4*>(dst + q) = *reinterpret_cast<const uint4*>(src + q);
+            } else {
+                for (int q = 0; q < WW; ++q) dst[q] = src[q];
+            }
+            for (int g = 0; g < NGR; ++g) { s@[(size_t)r * NGR + g] = os@[(size_t)r * NGR + g]; b@[(size_t)r * NGR + g] = ob@[(size_t)r * NGR + g]; }
+        }
+"""
+def _ai_side(src, x): return src.replace("@AQ@", _AFFINE_QUANT_CUDA).replace("@", x)
+_AI_CUDA = r"""
+#ifndef KVQ_QROUND
+#define KVQ_QROUND(x) roundf(x)
+#endif
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    __shared__ unsigned char sc[WARPS][DK > DV ? DK : DV];
+    const int rows = meta[0], n = meta[1], pos = meta[2], cap = meta[3], qb = meta[4];
+    if ((int)blockIdx.x >= qb) {                          // a thread per row of one side's new storage (32-bit indices: B * H * capacity < 2^30)
+        const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
+        const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
+        if (i >= 2u * per) return;
+        const bool isv = i >= per;
+        const unsigned int r = isv ? i - per : i, t = r % (unsigned int)cap;
+        if (t >= (unsigned int)pos && t < (unsigned int)(pos + n)) return;   // a quantize warp writes it
+        if (!isv) {""" + _ai_side(_AI_COPY_CUDA, "k") .replace("Dk", "DK").replace("Bk", "BK").replace("Gk", "GK") + r"""        } else {""" + _ai_side(_AI_COPY_CUDA, "v").replace("Dv", "DV").replace("Bv", "BV").replace("Gv", "GV") + r"""        }
+        return;
+    }
+    const int pr = blockIdx.x * WARPS + warp;
+    if (pr >= 2 * rows) return;
+    if (pr < rows) {
+        const int row = pr;""" + _ai_side(_AI_SIDE_CUDA, "k").replace("Dk", "DK").replace("Bk", "BK").replace("Gk", "GK") + r"""    } else {
+        const int row = pr - rows;""" + _ai_side(_AI_SIDE_CUDA, "v").replace("Dv", "DV").replace("Bv", "BV").replace("Gv", "GV") + r"""    }
+"""
+
+_AIK = {}
+def _affine_into_kernel():
+    if "k" not in _AIK:
+        _AIK["k"] = make_kernel("cuda", "mlx_kvq_affine_into_pair", ["xk", "xv", "owk", "osk", "obk", "owv", "osv", "obv", "meta"],
+                                ["wk", "sk", "bk", "wv", "sv", "bv"], _AI_CUDA)
+    return _AIK["k"]
+
+def _ai_launch(xk, cap, k, v):
+    """(launch arguments, rows, quantize blocks) of the affine ring write of `xk` (B, H, n, D) into storages of `cap`
+    tokens; `k`, `v` = (bits, group size, dim) of each side"""
+    B, H, n, _ = xk.shape; rows = B * H * n
+    (BK, GK, DK), (BV, GV, DV) = k, v
+    qb = -(-2 * rows // _WARPS); copies = 2 * B * H * cap
+    launch = dict(template=[("DK", DK), ("BK", BK), ("GK", GK), ("DV", DV), ("BV", BV), ("GV", GV), ("T", xk.dtype), ("WARPS", _WARPS)],
+                  grid=((qb + -(-copies // (_WARPS * 32))) * _WARPS * 32, 1, 1), threadgroup=(_WARPS * 32, 1, 1),
+                  output_shapes=[(B, H, cap, DK * BK // 32), (B, H, cap, DK // GK), (B, H, cap, DK // GK),
+                                 (B, H, cap, DV * BV // 32), (B, H, cap, DV // GV), (B, H, cap, DV // GV)],
+                  output_dtypes=[mx.uint32, mx.float16, mx.float16] * 2)
+    return launch, rows, qb
+
+_AI_META = {}
+def _ai_meta(rows, n, pos, cap, qb):
+    "The affine ring write's meta at `pos` (one device constant per position, kept: a ring cycles through its positions)"
+    key = (rows, n, pos, cap, qb)
+    got = _AI_META.get(key)
+    if got is None:
+        if len(_AI_META) > 16384: _AI_META.clear()
+        got = _AI_META[key] = device_constant(np.array(key, np.int32))
+    return got
+
+def _fused_affine_into(old_k, old_v, pos, xk, k, xv, v):
+    cap = old_k[0].shape[-2]
+    launch, rows, qb = _ai_launch(xk, cap, (*k, xk.shape[-1]), (*v, xv.shape[-1]))
+    out = _affine_into_kernel()(inputs=[xk, xv, *old_k, *old_v, _ai_meta(rows, xk.shape[2], pos, cap, qb)], **launch)
+    return tuple(out[:3]), tuple(out[3:])
+
+def _affine_encode(x, bits, gs):
+    "What `AffineCodec.encode` stores: `mx.quantize`'s words, its scales and biases as float16"
+    w, s, b = mx.quantize(x, group_size=gs, bits=bits)
+    return w, s.astype(mx.float16), b.astype(mx.float16)
+def _ai_reference(old_k, old_v, pos, xk, k, xv, v):
+    return _into_ref(old_k, _affine_encode(xk, *k), pos), _into_ref(old_v, _affine_encode(xv, *v), pos)
+def _ai_class(old_k, old_v, pos, xk, k, xv, v): return ("affine into", old_k[0].shape[-2], xk.shape[-1], xv.shape[-1], *k, *v, str(xk.dtype))
+
+def _ai_agree(out, ref, old_k, old_v, pos, xk, k, xv, v):
+    """None if every kept row is the old storage's bit for bit and the new rows are `mx.quantize`'s (scales and biases
+    equal; a code may differ by one step where the division lands on a rounding tie, at most one value in 1,000), else
+    the reason"""
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(o, tuple) and len(o) == 3 for o in out)):
+        return f"returned {type(out).__name__} instead of two sides' (words, scales, biases)"
+    n = xk.shape[-2]
+    for o, r, (bits, gs) in zip(out, ref, (k, v)):
+        for a, b in zip(o, r):
+            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
+            if not (mx.array_equal(a[..., :pos, :], b[..., :pos, :]) and mx.array_equal(a[..., pos + n:, :], b[..., pos + n:, :])).item():
+                return "disagrees with the kept tokens"
+        new = [x[..., pos:pos + n, :] for x in o]; rnew = [x[..., pos:pos + n, :] for x in r]
+        if not (mx.array_equal(new[1], rnew[1]) and mx.array_equal(new[2], rnew[2])).item(): return "disagrees with mx.quantize's scales or biases"
+        dq = lambda p: mx.dequantize(p[0], p[1].astype(mx.float32), p[2].astype(mx.float32), group_size=gs, bits=bits)
+        step = mx.repeat(mx.abs(rnew[1].astype(mx.float32)), gs, axis=-1)
+        diff = mx.abs(dq(new) - dq(rnew))
+        if (diff > 1.001 * step + 1e-6).any().item(): return "writes codes more than one step from mx.quantize's"
+        if (diff > 0).sum().item() > max(1, diff.size // 1000): return "writes codes other than mx.quantize's at more than one value in 1,000"
+    return None
+
+AFFINE_RING = True    # CUDA: a decode token of a sliding-window (rotating) affine pair (widths of AFFINE_PAIR_BITS) written into its ring by one launch (`affine_into_pair`)
+_AIREADY = {}
+_AIGUARDS = {}
+def _affine_storage_fits(old, x, bits, gs):
+    "Whether `old` is an affine storage (words, scales, biases) (B, H, capacity, .) of `x`'s batch and heads for `bits`, `gs`"
+    if len(old) != 3 or not all(isinstance(p, mx.array) for p in old): return False
+    w, sc, bi = old; D = x.shape[-1]
+    return (w.ndim == 4 and w.dtype == mx.uint32 and w.shape[:2] == x.shape[:2] and w.shape[-1] * 32 == D * bits and D % gs == 0
+            and sc.shape == bi.shape == (*w.shape[:3], D // gs) and sc.dtype == bi.dtype == mx.float16)
+
+def affine_into_pair(old_k, old_v, pos, xk, k, xv, v):
+    """Keys `xk` and values `xv` of an update (B, H, n, D) quantized as `AffineCodec.encode` quantizes them into copies of
+    the storages `old_k`, `old_v` (each (words, scales, biases), (B, H, capacity, .)) at rows pos .. pos + n - 1, every
+    other row kept: what a sliding-window cache's in-place write of the encoded update into its ring gives. `k`, `v` =
+    (bits, group size) of each side. On CUDA, for widths of `AFFINE_PAIR_BITS`, one launch (verified on first use)
+    instead of two `mx.quantize` and six slice updates; None elsewhere (the caller writes the slices)."""
+    if not (AFFINE_RING and kernel_backend() == "cuda" and isinstance(xk, mx.array) and isinstance(xv, mx.array)): return None
+    if not (k[0] in AFFINE_PAIR_BITS and v[0] in AFFINE_PAIR_BITS and k[1] % 32 == 0 and v[1] % 32 == 0): return None
+    if not (xk.ndim == 4 and xv.ndim == 4 and xk.shape[:3] == xv.shape[:3] and xk.dtype == xv.dtype and xk.shape[2] > 0
+            and xk.dtype in (mx.float32, mx.float16, mx.bfloat16) and max(xk.shape[-1], xv.shape[-1]) <= 1024): return None
+    if not (_affine_storage_fits(old_k, xk, *k) and _affine_storage_fits(old_v, xv, *v) and old_k[0].shape[2] == old_v[0].shape[2]): return None
+    cap = old_k[0].shape[2]
+    if not (isinstance(pos, int) and 0 <= pos and pos + xk.shape[2] <= cap and xk.shape[0] * xk.shape[1] * cap < 2 ** 30): return None
+    args = (tuple(old_k), tuple(old_v), pos, xk, tuple(k), xv, tuple(v))
+    cls = _ai_class(*args)
+    if _AIREADY.get(cls): return _fused_affine_into(*args)       # verified: launch
+    if "cuda" not in _AIGUARDS:
+        _AIGUARDS["cuda"] = GuardedKernel("cuda affine_into pair", _fused_affine_into, _ai_reference, _ai_class, _ai_agree)
+    out = _AIGUARDS["cuda"](*args)
+    if _AIGUARDS["cuda"].state.get(cls) is True:
+        if len(_AIREADY) > 256: _AIREADY.clear()
+        _AIREADY[cls] = True
+    return out
+
+def affine_into_writer(old_k, old_v, xk, k, xv, v):
+    """For a caller whose later updates repeat this one's shapes, dtype and storage shapes (a full ring's decode tokens): a
+    function (old_k, old_v, pos, xk, xv) -> [key words, scales, biases, value words, scales, biases] that launches
+    `affine_into_pair`'s verified kernel with everything else fixed, or None where it has not been verified for this
+    configuration. The caller keeps the shapes it was made for and checks them."""
+    if not (AFFINE_RING and kernel_backend() == "cuda"): return None
+    cap = old_k[0].shape[-2]
+    if not _AIREADY.get(_ai_class(old_k, old_v, 0, xk, tuple(k), xv, tuple(v))): return None
+    launch, rows, qb = _ai_launch(xk, cap, (*k, xk.shape[-1]), (*v, xv.shape[-1]))
+    kern, n = _affine_into_kernel(), xk.shape[2]
+    def write(ok, ov, pos, xk, xv):
+        return kern(inputs=[xk, xv, *ok, *ov, _ai_meta(rows, n, pos, cap, qb)], **launch)
     return write
 
 # %% ../nbs/02_packing.ipynb #dd833a45

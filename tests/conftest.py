@@ -29,6 +29,7 @@ def emulated_packing(monkeypatch):
     monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda')
     monkeypatch.setattr(P, 'INCLUDE', False)
     for name in ('_PKERNELS', '_RGUARDS', '_DTGUARDS', '_DPK', '_DPGUARDS', '_APK', '_APGUARDS', '_READY', '_QAK', '_QAGUARDS',
-                 '_QAREADY', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH'):
+                 '_QAREADY', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH',
+                 '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
         monkeypatch.setattr(P, name, {})
     monkeypatch.setattr(P, 'APPEND', True)

@@ -118,8 +118,9 @@ def test_a_ring_on_the_cuda_path_holds_what_the_slice_path_holds(emulated, monke
         assert into == [] and held == []
 
 
-def test_a_full_ring_holds_its_decode_launch(monkeypatch):
-    """Decode steps of a full turbo:4 ring (window 64, 2 KV heads x 4 queries, d64, float16) on the emulated CUDA path: the
+@pytest.mark.parametrize('affine', [False, True])
+def test_a_full_ring_holds_its_decode_launch(monkeypatch, affine):
+    """Decode steps of a full turbo:4 or affine:4 ring (window 64, 2 KV heads x 4 queries, d64, float16) on the emulated CUDA path: the
     first full-ring attention is served by the fused path and the cache then holds its launch (`decode_runner`), which
     serves every later step; each output matches `codec_attention` over what the ring holds (the launcher's tolerance)
     and the held launch answers as the launcher's own path does, bit for bit; a ring whose codecs change drops it"""
@@ -128,7 +129,8 @@ def test_a_full_ring_holds_its_decode_launch(monkeypatch):
     monkeypatch.setattr(mx.fast, 'cuda_kernel', E.cuda_kernel, raising=False)
     for mod in (A, P): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
     for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK', '_STAGE_CAPS'): monkeypatch.setattr(A, nm, {})
-    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH', '_QAK', '_QIGUARDS', '_QIREADY', '_RING_META'):
+    for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH', '_QAK', '_QIGUARDS', '_QIREADY', '_RING_META',
+               '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
         monkeypatch.setattr(P, nm, {})
     runs = []
     orig = K.decode_runner
@@ -136,7 +138,8 @@ def test_a_full_ring_holds_its_decode_launch(monkeypatch):
         r = orig(*a)
         return None if r is None else (lambda *b: runs.append(1) or r(*b))
     monkeypatch.setattr(K, 'decode_runner', counting)
-    c = QuantizedRotatingKVCache(64, 0, TurboCodec(4), TurboCodec(4, seed=1))
+    from mlx_kvq.codecs import AffineCodec
+    c = QuantizedRotatingKVCache(64, 0, *((AffineCodec(4), AffineCodec(4)) if affine else (TurboCodec(4), TurboCodec(4, seed=1))))
     mx.random.seed(3)
     h = lambda L: mx.random.normal((1, 2, L, 64)).astype(mx.float16)
     c.update_and_fetch(h(70), h(70))                     # a full ring
@@ -151,7 +154,7 @@ def test_a_full_ring_holds_its_decode_launch(monkeypatch):
             assert mx.array_equal(got, A.attend(q, CachedSide(c.k_codec, parts=tuple(kk)), CachedSide(c.v_codec, parts=tuple(vv)), scale=0.125))
         outs.append(got)
     assert len(runs) == 3 and c.__dict__['_ringa'] is not None     # step 0 made it (the fused path served), steps 1-3 used it
-    c.k_codec = TurboCodec(4, seed=7)                       # other codecs (e.g. a requantize): the held launch is not used
+    c.k_codec = AffineCodec(4) if affine else TurboCodec(4, seed=7)   # other codecs (an equal but new object, e.g. a requantize): the held launch is not used
     kk, vv = c.keys, c.values
     c.attend(mx.random.normal((1, 8, 1, 64)).astype(mx.float16), kk, vv, scale=0.125)
     assert len(runs) == 3
