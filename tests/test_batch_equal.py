@@ -7,7 +7,9 @@ prompt is still being processed or brings a prompt-cache history. `slow` (the em
 16 greedy tokens, through `mlx_lm.batch_generate` and through `BatchGenerator` with one request
 finishing early and one joining late. End to end, codes are equal only as far as the model's own
 matmuls give equal keys and values (they do not bit for bit: nbs/05_batch, "Batched equals alone on a
-real model", measures the logit difference); these prompts keep equal greedy tokens on the CPU there."""
+real model", measures the logit difference), so where a prompt's alone run has a near-tie (top-2 margin below TIE)
+the batch may take the runner-up there; the slow tests accept exactly that (`_tie_or_equal`): every token before it
+equal, the batch's token the alone run's second choice, the margin within TIE, and fp16 caches always equal."""
 import functools
 import mlx.core as mx
 import pytest
@@ -158,12 +160,33 @@ def _gemma():
 
 @functools.lru_cache(None)
 def _gemma_alone(kv, i):
+    """Prompt i alone: its 16 greedy tokens and, per step, (first choice, second choice, their log-probability margin)"""
     model, _, prompts, late = _gemma()
-    return _alone(model, (prompts + [late])[i], 16, kv)
+    toks, tops = [], []
+    for t, lp in generate_step(mx.array((prompts + [late])[i]), model, max_tokens=16, prompt_cache=make_prompt_cache(model, kv=kv)):
+        order = mx.argsort(-lp)[:2].tolist()
+        toks.append(int(t)); tops.append((order[0], order[1], (lp[order[0]] - lp[order[1]]).item()))
+    return toks, tops
 
 
 def _first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+TIE = 0.5   # log-probability margin (nats) within which the batch may take the alone run's second choice: the flips
+            # measured end to end came at 0.049 (turbo:4) and 0.116 (affine:8,4), each after one stored code had
+            # rounded the other way (nbs/05_batch, "Batched equals alone on a real model", 2026-11-29)
+
+def _tie_or_equal(got, kv, i, n=16):
+    """None if the batch's tokens `got` equal prompt i's first n alone tokens, or differ first where the alone run had a
+    near-tie that the batch took the other way (fp16: never); else what differs"""
+    toks, tops = _gemma_alone(kv, i)
+    d = _first_difference(got, toks[:n])
+    if d is None: return None
+    if kv == "fp16" or d >= min(len(got), n): return f"differs from token {d}"
+    first, second, margin = tops[d]
+    if got[d] != second or margin > TIE: return f"differs from token {d}: batch {got[d]}, alone {first} (runner-up {second}, margin {margin:.3f})"
+    return None
 
 
 @pytest.mark.parametrize("kv", GEMMA_SCHEMES)
@@ -173,9 +196,11 @@ def test_gemma_batch_generate_table(request, kv):
     model, tok, prompts, _ = _gemma()
     r = mlx_lm.batch_generate(model, tok, prompts, prompt_caches=[make_prompt_cache(model, kv=kv) for _ in prompts],
                               max_tokens=16, return_token_ids=True)
-    row = [_first_difference([int(t) for t in got], _gemma_alone(kv, i)) for i, got in enumerate(r.token_ids)]
-    print(f"| {kv} | " + " | ".join("equal" if d is None else f"differs from token {d}" for d in row) + " |")
-    assert row == [None] * len(prompts)
+    got = [[int(t) for t in toks] for toks in r.token_ids]
+    row = [_first_difference(g, _gemma_alone(kv, i)[0]) for i, g in enumerate(got)]
+    print(f"| {kv} | " + " | ".join("equal" if d is None else f"differs from token {d}" + (f" (alone margin {_gemma_alone(kv, i)[1][d][2]:.3f})" if d < 16 else "")
+                                    for i, d in enumerate(row)) + " |")
+    assert [_tie_or_equal(g, kv, i) for i, g in enumerate(got)] == [None] * len(prompts)
 
 
 @pytest.mark.parametrize("kv", GEMMA_SCHEMES)
@@ -193,5 +218,4 @@ def test_gemma_join_late_finish_early(request, kv):
         if steps == 3:
             (u,) = gen.insert([late], [10], caches=[make_prompt_cache(model, kv=kv)]); out[u] = []; uids.append(u)
     gen.close()
-    want = [_gemma_alone(kv, i)[:n] for i, n in enumerate(ns + [10])]
-    assert [out[u] for u in uids] == want
+    assert [_tie_or_equal(out[u], kv, i, n) for i, (u, n) in enumerate(zip(uids, ns + [10]))] == [None] * 4
