@@ -16,10 +16,11 @@ from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
 # %% auto #0
-__all__ = ['COMPILE_ON_GPU', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'QJLKeyCodec']
+__all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'calibrated_encode_pair',
+           'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
-from .packing import pack as pack_codes, unpack as unpack_codes, packed_words
+from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel
 
 def packed_bytes(n, bits): return 4 * packed_words(n, bits)
 
@@ -160,6 +161,180 @@ class CalibratedTurboCodec(Codec):
     def _dim_from(self, parts):
         if self.outliers is not None: raise ValueError("kvq_turbo with outliers needs dim")
         return parts[0].shape[-1] * 32 // self.bits
+
+# a calibrated pair's update quantized on CUDA by one launch: a warp per (side, token row) centers and scales the row,
+# and per band gathers its channels, takes the norm, rotates by the band's forward matrix (dense, read transposed so a
+# warp's lanes read one line: every rotation path alike), finds each code by counting the boundaries below it, sums
+# <u, c> and <c, c> for gamma, and packs the codes as `_pack_bands` does (code j of a band at bits j * bits of its
+# words, straddling into the next word). Each side's constants are one float32 input (mean, scale, then per band its
+# channel indices, transposed matrix, boundaries and centroids; `_cal_consts`); the source is made per structure (head
+# dims, bands' sizes and widths, dtype), so every layer of one structure shares a kernel.
+def _cal_side_source(x, D, bands, nb):
+    "Kernel text of one side (`x` 'k' or 'v'): `bands` = [(n, bits, has_idx)], outputs o{x}{i} words and g{x}{i} gammas"
+    src = [f"""        const T* const xr = x{x} + (size_t)row * {D};
+        const float* const C = c{x};
+        for (int j = lane; j < {D}; j += 32) ys[warp][j] = __fmul_rn(__fsub_rn((float)xr[j], C[j]), C[{D} + j]);
+        __syncwarp();
+"""]
+    off = 2 * D
+    for i, (n, bits, has_idx) in enumerate(bands):
+        oi, orr = off, off + (n if has_idx else 0)
+        ob = orr + n * n; oc = ob + (1 << bits) - 1; off = oc + (1 << bits)
+        W = -(-n * bits // 32)
+        src.append(f"""        {{   // band {i}: {n} channels, {bits} bits, {W} words
+            float ss = 0.0f;
+            for (int j = lane; j < {n}; j += 32) {{ const float v = ys[warp][{f'(int)C[{oi} + j]' if has_idx else 'j'}]; yb[warp][j] = v; ss = __fmaf_rn(v, v, ss); }}
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float nrm = __fsqrt_rn(ss), inv = fmaxf(nrm, 1e-30f);
+            __syncwarp();
+            for (int j = lane; j < {n}; j += 32) yb[warp][j] = __fdiv_rn(yb[warp][j], inv);
+            __syncwarp();
+            float uc = 0.0f, cc = 0.0f;
+            for (int r = lane; r < {n}; r += 32) {{
+                float u = 0.0f;
+                for (int j = 0; j < {n}; ++j) u = __fmaf_rn(C[{orr} + j * {n} + r], yb[warp][j], u);
+                int code = 0;
+                for (int q = 0; q < {(1 << bits) - 1}; ++q) code += u > C[{ob} + q];
+                const float c = C[{oc} + code];
+                uc = __fmaf_rn(u, c, uc); cc = __fmaf_rn(c, c, cc);
+                cs[warp][r] = (unsigned char)code;
+            }}
+            for (int o = 16; o > 0; o >>= 1) {{ uc += __shfl_xor_sync(0xffffffffu, uc, o); cc += __shfl_xor_sync(0xffffffffu, cc, o); }}
+            if (lane == 0) g{x}{i}[row] = __float2half_rn(__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f)));
+            __syncwarp();
+            for (int w = lane; w < {W}; w += 32) {{
+                unsigned int word = 0u;
+                const int j0 = (w * 32) / {bits}, j1 = min({n} - 1, (w * 32 + 31) / {bits});
+                for (int j = j0; j <= j1; ++j) {{
+                    const int s = j * {bits} - w * 32;
+                    const unsigned int c = cs[warp][j];
+                    word |= s >= 0 ? c << s : c >> (-s);
+                }}
+                o{x}{i}[(size_t)row * {W} + w] = word;
+            }}
+            __syncwarp();
+        }}
+""")
+    return "".join(src), off
+
+_CALK = {}
+def _cal_kernel(Dk, kb, Dv, vb):
+    "The pair kernel for sides of head dims Dk / Dv and bands kb / vb ([(n, bits, has_idx)]): (kernel, constants' lengths)"
+    key = (Dk, tuple(kb), Dv, tuple(vb))
+    if key not in _CALK:
+        ks, kl = _cal_side_source("k", Dk, kb, None); vs, vl = _cal_side_source("v", Dv, vb, None)
+        dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
+        src = f"""
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    __shared__ float ys[WARPS][{dmax}];
+    __shared__ float yb[WARPS][{nmax}];
+    __shared__ unsigned char cs[WARPS][{nmax}];
+    const int rows = meta[0];
+    const int pr = blockIdx.x * WARPS + warp;
+    if (pr >= 2 * rows) return;
+    if (pr < rows) {{
+        const int row = pr;
+{ks}    }} else {{
+        const int row = pr - rows;
+{vs}    }}
+"""
+        outs = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("o", "g")]
+        _CALK[key] = (make_kernel("cuda", "mlx_kvq_calibrated_pair", ["xk", "xv", "ck", "cv", "meta"], outs, src), kl, vl)
+    return _CALK[key]
+
+def _cal_bands(codec, dim):
+    "[(n, bits, has_idx)] of `codec`'s bands at `dim`"
+    return [(dim if idx is None else len(idx), b, idx is not None) for idx, b in codec.bands(dim)]
+
+def _cal_consts(codec, dim):
+    "One float32 device constant of `codec`'s side at `dim`: mean, scale, then per band channel indices, the rotation's forward matrix transposed (row j: column j of R), boundaries, centroids (made once per codec and dim)"
+    got = codec.__dict__.setdefault('_cal_cst', {})
+    if dim not in got:
+        mean = np.zeros(dim, np.float32) if codec.mean is None else np.asarray(codec.mean, np.float32)
+        scale = np.ones(dim, np.float32) if codec.scale is None else np.asarray(codec.scale, np.float32)
+        parts = [mean, scale]
+        for i, (idx, b) in enumerate(codec.bands(dim)):
+            n = dim if idx is None else len(idx)
+            rot, cb = get_rotation(n, codec.seed + 7919 * i), sphere_codebook(n, b)
+            if idx is not None: parts.append(np.asarray(idx, np.float32))
+            R = np.array(rot.forward(mx.eye(n, dtype=mx.float32), ), np.float32).T       # R e_i is row i of forward(eye): R = forward(eye).T
+            parts += [np.ascontiguousarray(R.T).reshape(-1), np.asarray(cb.boundaries, np.float32), np.asarray(cb.centroids, np.float32)]
+        got[dim] = device_constant(np.concatenate(parts).astype(np.float32))
+    return got[dim]
+
+def _cal_fused(kc, xk, vc, xv):
+    Dk, Dv = xk.shape[-1], xv.shape[-1]
+    kb, vb = _cal_bands(kc, Dk), _cal_bands(vc, Dv)
+    kern, _, _ = _cal_kernel(Dk, kb, Dv, vb)
+    rows = xk.size // Dk
+    lead = xk.shape[:-1]
+    shapes = [s for bands in (kb, vb) for n, b, _ in bands for s in ((*lead, -(-n * b // 32)), (*lead, 1))]
+    out = kern(inputs=[xk, xv, _cal_consts(kc, Dk), _cal_consts(vc, Dv), _cal_meta(rows)],
+               template=[("T", xk.dtype), ("WARPS", 4)], grid=(-(-2 * rows // 4) * 128, 1, 1), threadgroup=(128, 1, 1),
+               output_shapes=shapes, output_dtypes=[mx.uint32, mx.float16] * (len(kb) + len(vb)))
+    nk = 2 * len(kb)
+    return tuple(out[:nk]), tuple(out[nk:])
+
+_CALMETA = {}
+def _cal_meta(rows):
+    if rows not in _CALMETA:
+        if len(_CALMETA) > 1024: _CALMETA.clear()
+        _CALMETA[rows] = device_constant(np.array([rows], np.int32))
+    return _CALMETA[rows]
+
+def _cal_reference(kc, xk, vc, xv): return tuple(kc._encode(xk)), tuple(vc._encode(xv))
+def _cal_class(kc, xk, vc, xv):
+    return (xk.shape[-1], tuple(_cal_bands(kc, xk.shape[-1])), xv.shape[-1], tuple(_cal_bands(vc, xv.shape[-1])), str(xk.dtype))
+
+def _cal_agree(out, ref, kc, xk, vc, xv):
+    """None if the kernel's parts are the reference's up to rounding: codes equal but for neighbours at no more than one
+    value in 1,000 (a rotated value on a boundary), gammas within 2e-3 (a float16 step; 5e-2 in a row whose codes
+    moved, as gamma follows its codes), else the reason"""
+    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
+    for o, r, c, x in ((out[0], ref[0], kc, xk), (out[1], ref[1], vc, xv)):
+        if len(o) != len(r): return f"returned {len(o)} parts instead of {len(r)}"
+        for (idx, b), w, g, rw, rg in zip(c.bands(x.shape[-1]), o[0::2], o[1::2], r[0::2], r[1::2]):
+            if w.shape != rw.shape or w.dtype != rw.dtype or g.shape != rg.shape or g.dtype != rg.dtype:
+                return f"returned {w.shape} {w.dtype} / {g.shape} {g.dtype} instead of {rw.shape} {rw.dtype} / {rg.shape} {rg.dtype}"
+            n = x.shape[-1] if idx is None else len(idx)
+            cd, rc = unpack_codes(w, b, n).astype(mx.int32), unpack_codes(rw, b, n).astype(mx.int32)
+            d = cd != rc
+            if (mx.abs(cd - rc) > 1).any().item() or d.sum().item() > max(1, d.size // 1000): return f"disagrees with the reference on {d.sum().item()} codes"
+            a, e = g.astype(mx.float32), rg.astype(mx.float32)
+            near = mx.abs(a - e) <= 2e-3 * mx.abs(e) + 1e-6                      # a float16 step
+            flipped = mx.any(d, axis=-1, keepdims=True) & (mx.abs(a - e) <= 5e-2 * mx.abs(e) + 1e-6)   # a row whose codes moved: its gamma with them
+            if not mx.all(near | flipped).item(): return "disagrees with the reference on gammas"
+    return None
+
+CUDA_PAIR = True    # CUDA: a calibrated pair's update quantized by one launch (`CalibratedTurboCodec.encode_pair`); off: each side's traced encode
+_CALGUARD = {}
+_CALREADY = {}
+def calibrated_encode_pair(kc, keys, vc, values):
+    """Keys by `kc` and values by `vc` (both `CalibratedTurboCodec`) as `_encode` makes them, on CUDA by one launch
+    (verified on first use per structure and dtype; bands of at most 512 channels, head dims of at most 1024), or None"""
+    from .packing import kernel_backend
+    if not (CUDA_PAIR and kernel_backend() == "cuda" and isinstance(keys, mx.array) and isinstance(values, mx.array)): return None
+    if not (keys.ndim >= 2 and keys.shape[:-1] == values.shape[:-1] and keys.dtype == values.dtype and keys.size > 0
+            and keys.dtype in (mx.float32, mx.float16, mx.bfloat16) and max(keys.shape[-1], values.shape[-1]) <= 1024
+            and keys.size // keys.shape[-1] < 2 ** 30): return None
+    kc.check_dim(keys.shape[-1]); vc.check_dim(values.shape[-1])
+    if max(n for n, _, _ in (*_cal_bands(kc, keys.shape[-1]), *_cal_bands(vc, values.shape[-1]))) > 512: return None
+    cls = _cal_class(kc, keys, vc, values)
+    if _CALREADY.get(cls): return _cal_fused(kc, keys, vc, values)
+    if "cuda" not in _CALGUARD: _CALGUARD["cuda"] = GuardedKernel("cuda calibrated pair", _cal_fused, _cal_reference, _cal_class, _cal_agree)
+    out = _CALGUARD["cuda"](kc, keys, vc, values)
+    if _CALGUARD["cuda"].state.get(cls) is True: _CALREADY[cls] = True
+    return out
+
+def _cal_encode_pair(self, other, keys, values):
+    """Keys by this codec and values by `other`: on CUDA, where both are `CalibratedTurboCodec`s, one launch for both
+    (`calibrated_encode_pair`); else each side's `encode`"""
+    if type(self) is CalibratedTurboCodec and type(other) is CalibratedTurboCodec:
+        got = calibrated_encode_pair(self, keys, other, values)
+        if got is not None: return got
+    return self.encode(keys), other.encode(values)
+CalibratedTurboCodec.encode_pair = _cal_encode_pair
 
 # %% ../nbs/12a_calibrated.ipynb #bab769cf
 @register_codec

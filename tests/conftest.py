@@ -18,7 +18,8 @@ def pytest_configure(config):
 @pytest.fixture
 def emulated_packing(monkeypatch):
     """mlx_kvq.packing's CUDA code path with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py),
-    its kernels, guards and kept launches fresh (nothing verified yet); the append kernel (off by default) on"""
+    its kernels, guards and kept launches fresh (nothing verified yet), the calibrated pair kernel's too (mlx_kvq.calibrated, which
+    asks packing's `kernel_backend`); the append kernel (off by default) on"""
     import sys
     from pathlib import Path
     import mlx.core as mx
@@ -32,4 +33,7 @@ def emulated_packing(monkeypatch):
                  '_QAREADY', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH',
                  '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
         monkeypatch.setattr(P, name, {})
+    from mlx_kvq import calibrated as Cal
+    for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA'):
+        monkeypatch.setattr(Cal, name, {})
     monkeypatch.setattr(P, 'APPEND', True)

@@ -1,0 +1,115 @@
+"""A calibrated pair's update (the codecs `auto:B` plans) quantized on CUDA by one launch (`calibrated.calibrated_encode_pair`:
+centering and scaling, each band's gather, norm, rotation, codes, gamma and packing in one kernel), run through its host
+code with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py): against each side's own encode,
+refused when wrong, declined where it does not apply, and inside the caches that `auto:B` makes."""
+import warnings
+import numpy as np
+import pytest
+import mlx.core as mx
+
+from mlx_kvq import calibrated as Cal
+from mlx_kvq.calibrated import CalibratedTurboCodec
+
+
+@pytest.fixture
+def emulated(emulated_packing):
+    "The CUDA code path with the emulated kernels, fresh guards and kernels (conftest.py)"
+
+
+def _codec(bits, D, outliers, seed, centred=True):
+    r = np.random.default_rng(seed)
+    o = sorted(r.choice(D, outliers, replace=False).tolist()) if outliers else None
+    return CalibratedTurboCodec(bits, seed=seed, mean=(r.normal(size=D) * 0.1).tolist() if centred else None,
+                                scale=r.uniform(0.5, 2.0, D).tolist() if centred else None,
+                                outliers=o, outlier_bits=bits + 1 if outliers else None, dim=D)
+
+
+def _x(shape, dtype, key): return (mx.random.normal(shape, key=mx.random.key(key)) * 2).astype(dtype)
+
+
+@pytest.mark.parametrize('kb,vb,D,outl,dtype,L', [(5, 4, 64, 8, mx.float32, 3), (4, 3, 64, 0, mx.float16, 1), (3, 2, 96, 0, mx.float32, 2),
+                                                  (6, 5, 256, 32, mx.float16, 1), (8, 1, 128, 0, mx.float32, 1), (2, 7, 80, 16, mx.float16, 2)])
+def test_the_pair_kernel_is_each_sides_encode(emulated, kb, vb, D, outl, dtype, L):
+    """One launch gives each side's `_encode` parts (words and float16 gammas per band, in storage order) for keys with an
+    outlier band or none and values of another width; the first-use check passed, the verified launch gives the same,
+    and every part decodes to what the reference's decodes to"""
+    kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1, centred=outl == 0)
+    xk, xv = _x((2, 3, L, D), dtype, 1), _x((2, 3, L, D), dtype, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is True
+    ref = (kc._encode(xk), vc._encode(xv))
+    for side, want, c in ((got[0], ref[0], kc), (got[1], ref[1], vc)):
+        assert len(side) == len(want) == 2 * len(c.bands(D))
+        for a, b in zip(side, want):
+            assert a.shape == b.shape and a.dtype == b.dtype and mx.array_equal(a, b)    # the emulator's float order matches here
+        assert mx.allclose(c.decode(side), c.decode(want))
+    again = kc.encode_pair(vc, xk, xv)
+    assert all(mx.array_equal(a, b) for a, b in zip((*again[0], *again[1]), (*got[0], *got[1])))
+
+
+@pytest.mark.parametrize('mutation', [("word |= s >= 0 ? c << s : c >> (-s);", "word |= s >= 0 ? c << s : 0u;"),      # straddling codes dropped
+                                      ("__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f))", "__fdiv_rn(uc, fmaxf(cc, 1e-30f))"),   # gamma without the norm
+                                      ("ys[warp][(int)C[", "ys[warp][1 + (int)C[")])                                          # the band's channels one off
+def test_a_wrong_calibrated_kernel_is_refused(emulated, monkeypatch, mutation):
+    "Not vacuous: a kernel that drops straddling codes, forgets the norm in gamma or gathers the wrong channels is refused, and the reference answers"
+    orig = Cal._cal_side_source
+    def wrong(*a):
+        src, off = orig(*a)
+        assert mutation[0] in src
+        return src.replace(*mutation), off
+    monkeypatch.setattr(Cal, '_cal_side_source', wrong)
+    kc, vc = _codec(5, 64, 8, 0), _codec(3, 64, 8, 1)
+    xk, xv = _x((1, 2, 2, 64), mx.float32, 3), _x((1, 2, 2, 64), mx.float32, 4)
+    with pytest.warns(RuntimeWarning, match='calibrated pair'):
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is False and not Cal._CALREADY
+    ref = (kc._encode(xk), vc._encode(xv))
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
+def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
+    "Keys and values of other shapes or dtypes, other codecs, CUDA_PAIR off, off CUDA: each side's own encode (the same parts), nothing launched"
+    from mlx_kvq.turbo_codec import TurboCodec
+    from mlx_kvq import packing as P
+    kc, vc = _codec(4, 64, 0, 0), _codec(4, 64, 0, 1)
+    xk = _x((1, 2, 3, 64), mx.float32, 5)
+    assert Cal.calibrated_encode_pair(kc, xk, vc, xk[..., :2, :]) is None
+    assert Cal.calibrated_encode_pair(kc, xk, vc, xk.astype(mx.float16)) is None
+    tc = TurboCodec(4); tc.check_dim(64)
+    mixed = kc.encode_pair(tc, xk, xk)
+    assert all(mx.array_equal(a, b) for a, b in zip(mixed[0], kc.encode(xk))) and all(mx.array_equal(a, b) for a, b in zip(mixed[1], tc.encode(xk)))
+    monkeypatch.setattr(Cal, 'CUDA_PAIR', False); assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
+    monkeypatch.setattr(Cal, 'CUDA_PAIR', True); monkeypatch.setattr(P, 'kernel_backend', lambda: None)
+    assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
+    assert not Cal._CALGUARD
+    with pytest.raises(ValueError, match='calibrated for head dim 64'):
+        monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda'); Cal.calibrated_encode_pair(kc, _x((1, 2, 1, 128), mx.float32, 6), vc, _x((1, 2, 1, 128), mx.float32, 7))
+
+
+@pytest.mark.parametrize('rotating', [False, True], ids=['growing', 'ring'])
+def test_calibrated_caches_on_the_cuda_path_hold_what_the_encode_path_holds(emulated, monkeypatch, rotating):
+    """The caches `auto:B` plans, fed a prompt and decode tokens on the emulated CUDA path, store what the same caches
+    store with CUDA_PAIR off (each side's traced encode), bit for bit, every update through the pair kernel"""
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.kvsplit import QuantizedRotatingKVCache
+    calls = []
+    monkeypatch.setattr(Cal, '_cal_fused', lambda *a, f=Cal._cal_fused: calls.append(a[1].shape[-2]) or f(*a))
+    kc, vc = _codec(5, 64, 8, 0), _codec(4, 64, 0, 1)
+    make = (lambda: QuantizedRotatingKVCache(8, 0, kc, vc)) if rotating else (lambda: CodecKVCache(kc, vc))
+    fast, slow = make(), make()
+    def stored(c):
+        if rotating: return [*c.keys, *c.values]
+        assert c.n_quantized == c.offset          # nothing staged: every token quantized
+        return [p[..., :c.n_quantized, :] for p in (*c.keys, *c.values)]
+    h = lambda L, key: _x((1, 2, L, 64), mx.float16, key)
+    for i, L in enumerate([5] + [1] * 10):
+        k, v = h(L, 2 * i + 10), h(L, 2 * i + 11)
+        a = fast.update_and_fetch(k, v)
+        monkeypatch.setattr(Cal, 'CUDA_PAIR', False)
+        b = slow.update_and_fetch(k, v)
+        monkeypatch.setattr(Cal, 'CUDA_PAIR', True)
+        for x, y in zip(stored(fast), stored(slow)):
+            assert x.shape == y.shape and mx.array_equal(x, y)
+    assert calls == [5] + [1] * 10
