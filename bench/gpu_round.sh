@@ -64,6 +64,7 @@
 #       aringmodel (bench/gemma_layers.py --noring: Gemma-3-1B shape at 32K, affine:4 / affine:8,4 with the affine ring write on and off, every layer vs global layers only, fp16 beside, $ROUNDS (6) rounds: about 6 min)
 #       gemmaall (Gemma-3-1B shape at 32K, turbo:4 / affine:4 / affine:8,4, every layer vs global layers only, fp16 beside, $ROUNDS (16) rounds; then Llama-3.1-8B's shape at 131K, 6 rounds: about 6 min)
 #       calpair (bench/check_calibrated_cuda.py: a calibrated pair's update by one launch against each side's encode, then a decode token's update per layer with it on / off, rings and growing caches: about 2 min)
+#       calsteps (check_decode_steps' calibrated configuration of two KV heads at 24,000 tokens, with the calibrated pair kernel off and on: about 1.5 min)
 #       ceiling (whole model: fp16 and turbo:4 at 256 and 131K tokens on Llama-3.2-1B's shape (what a cache could gain at most on this host), then Llama-3.1-8B's shape at 32K / 131K: about 6 min)
 #       fewrows (one / two KV heads over more than FOLD chunks, grouped per block so the call folds: decode steps on the GPU, then a Gemma-3-shaped model)
 #       asteps (check_decode_steps for affine:4 / affine:8,4, 40 steps: stages written by the kernel and stored, against a reference whose staged tokens are encoded on the GPU)
@@ -286,6 +287,8 @@ case $part in
   gemmaall) timeout ${LIMIT:-300} python3 bench/gemma_layers.py --kv turbo:4 affine:4 affine:8,4 --rounds ${ROUNDS:-16} > "$O/gemma.log" 2>&1; grep -E "^\\|" "$O/gemma.log"; grep -c "using the reference" "$O/gemma.log"
            timeout ${ELIM:-250} python3 -m mlx_kvq bench --whole-model llama-3.1-8b --kv fp16 turbo:4 affine:4 --context 131072 --rounds 6 --steps 16 > "$O/model8b.log" 2>&1; grep -E "^\\|" "$O/model8b.log" ;;
   calpair) timeout ${LIMIT:-300} python3 bench/check_calibrated_cuda.py > "$O/check.log" 2>&1; grep -E "failing|FAIL|disagree|declined|Error" "$O/check.log" | cut -c1-300; grep -c "bit-equal False" "$O/check.log"; grep -E "^\\||^#" "$O/check.log" ;;
+  calsteps) for k in "CUDA_PAIR=False" "CUDA_PAIR=True"; do   # the calibrated decode-step configuration of two KV heads over 24,000 tokens (float16) with each side's encode and with the pair kernel
+             KVQ_KNOBS="$k" timeout 120 python3 -c "import sys; sys.argv = ['x']; sys.path.insert(0, 'bench'); import check_decode_steps as C, mlx.core as mx, json; print('$k', json.dumps(C.run('calibrated 4o5', 1, 2, 4, 128, 24000, mx.float16, steps=12)))" 2>&1 | tail -1; done ;;
   ceiling) timeout 100 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 --context 256 131072 --rounds 4 --steps 32 > "$O/ceiling1b.log" 2>&1; grep -E "^\\|" "$O/ceiling1b.log"
            timeout ${ELIM:-240} python3 -m mlx_kvq bench --whole-model llama-3.1-8b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --rounds 3 --steps 16 > "$O/model8b.log" 2>&1; grep -E "^\\|" "$O/model8b.log"; grep -c "using the reference" "$O"/*.log ;;
   ring) timeout 200 python3 bench/check_prefill_pair.py --ring > "$O/check.log" 2>&1; grep -E "ring write|ring cache|failing" "$O/check.log"   # the ring write on the GPU (the script's other cases too), then its cost by piece and a whole Gemma-3-shaped model with it off / on

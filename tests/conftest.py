@@ -34,6 +34,6 @@ def emulated_packing(monkeypatch):
                  '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
         monkeypatch.setattr(P, name, {})
     from mlx_kvq import calibrated as Cal
-    for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA'):
+    for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA', '_CALLAUNCH'):
         monkeypatch.setattr(Cal, name, {})
     monkeypatch.setattr(P, 'APPEND', True)

@@ -91,11 +91,15 @@ def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
 @pytest.mark.parametrize('rotating', [False, True], ids=['growing', 'ring'])
 def test_calibrated_caches_on_the_cuda_path_hold_what_the_encode_path_holds(emulated, monkeypatch, rotating):
     """The caches `auto:B` plans, fed a prompt and decode tokens on the emulated CUDA path, store what the same caches
-    store with CUDA_PAIR off (each side's traced encode), bit for bit, every update through the pair kernel"""
+    store with CUDA_PAIR off (each side's traced encode), bit for bit, every update through the pair kernel (the decode
+    tokens after the first verified one by the launch held for their shapes)"""
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.kvsplit import QuantizedRotatingKVCache
     calls = []
-    monkeypatch.setattr(Cal, '_cal_fused', lambda *a, f=Cal._cal_fused: calls.append(a[1].shape[-2]) or f(*a))
+    def counted(*a, f=Cal.make_kernel, **kw):     # every launch of the pair kernel, the held ones included
+        k = f(*a, **kw)
+        return lambda **kk: calls.append(kk['inputs'][0].shape[-2]) or k(**kk)
+    monkeypatch.setattr(Cal, 'make_kernel', counted)
     kc, vc = _codec(5, 64, 8, 0), _codec(4, 64, 0, 1)
     make = (lambda: QuantizedRotatingKVCache(8, 0, kc, vc)) if rotating else (lambda: CodecKVCache(kc, vc))
     fast, slow = make(), make()
@@ -112,4 +116,4 @@ def test_calibrated_caches_on_the_cuda_path_hold_what_the_encode_path_holds(emul
         monkeypatch.setattr(Cal, 'CUDA_PAIR', True)
         for x, y in zip(stored(fast), stored(slow)):
             assert x.shape == y.shape and mx.array_equal(x, y)
-    assert calls == [5] + [1] * 10
+    assert calls == [5] + [1] * 10 and len(Cal._CALLAUNCH) == 1      # decode tokens 3-10 by the held launch
