@@ -1163,14 +1163,17 @@ def quantize_append_pair(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
 RING = True    # CUDA: a decode token of a sliding-window (rotating) turbo pair written into its ring by one launch (`quantize_into_pair`)
 _QIREADY = {}
 _RING_META = {}
-def _ring_meta(rows, n, pos, cap, qb):
-    "The launch's meta for a ring write at `pos` (one device constant per position, kept: a ring cycles through its positions)"
-    key = (rows, n, pos, cap, qb)
-    got = _RING_META.get(key)
+def _kept_meta(values):
+    "A ring write's meta, these int32 `values`, as one device constant kept per tuple (a ring cycles through its positions)"
+    got = _RING_META.get(values)
     if got is None:
         if len(_RING_META) > 16384: _RING_META.clear()
-        got = _RING_META[key] = device_constant(np.array((rows, n, pos, cap, cap, qb, cap), np.int32))
+        got = _RING_META[values] = device_constant(np.array(values, np.int32))
     return got
+
+def _ring_meta(rows, n, pos, cap, qb):
+    "The append kernel's meta for a ring write at `pos`: rows, tokens, held (the slot), old and new capacity, quantize blocks, rows kept (all)"
+    return _kept_meta((rows, n, pos, cap, cap, qb, cap))
 
 def _fused_into_pair(old_k, old_v, pos, xk, rk, ck, xv, rv, cv):
     cap = old_k[0].shape[-2]
@@ -1331,15 +1334,9 @@ def _ai_launch(xk, cap, k, v):
                   output_dtypes=[mx.uint32, mx.float16, mx.float16] * 2)
     return launch, rows, qb
 
-_AI_META = {}
 def _ai_meta(rows, n, pos, cap, qb):
-    "The affine ring write's meta at `pos` (one device constant per position, kept: a ring cycles through its positions)"
-    key = (rows, n, pos, cap, qb)
-    got = _AI_META.get(key)
-    if got is None:
-        if len(_AI_META) > 16384: _AI_META.clear()
-        got = _AI_META[key] = device_constant(np.array(key, np.int32))
-    return got
+    "The affine ring write's meta at `pos`: rows, tokens, the slot, capacity, quantize blocks"
+    return _kept_meta((rows, n, pos, cap, qb))
 
 def _fused_affine_into(old_k, old_v, pos, xk, k, xv, v):
     cap = old_k[0].shape[-2]

@@ -31,7 +31,7 @@ def emulated_packing(monkeypatch):
     monkeypatch.setattr(P, 'INCLUDE', False)
     for name in ('_PKERNELS', '_RGUARDS', '_DTGUARDS', '_DPK', '_DPGUARDS', '_APK', '_APGUARDS', '_READY', '_QAK', '_QAGUARDS',
                  '_QAREADY', '_QIGUARDS', '_QIREADY', '_RING_META', '_PGUARDS', '_PREADY', '_KERNELS', '_QPLAUNCH',
-                 '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
+                 '_AIK', '_AIGUARDS', '_AIREADY'):
         monkeypatch.setattr(P, name, {})
     from mlx_kvq import calibrated as Cal
     for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA', '_CALLAUNCH'):

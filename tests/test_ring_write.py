@@ -130,7 +130,7 @@ def test_a_full_ring_holds_its_decode_launch(monkeypatch, affine):
     for mod in (A, P): monkeypatch.setattr(mod, 'kernel_backend', lambda: 'cuda')
     for nm in ('_KERNELS', '_GUARDS', '_LAUNCHERS', '_OK', '_STAGE_CAPS'): monkeypatch.setattr(A, nm, {})
     for nm in ('_KERNELS', '_GUARDS', '_QREADY', '_QLAUNCH', '_PGUARDS', '_PREADY', '_QPLAUNCH', '_QAK', '_QIGUARDS', '_QIREADY', '_RING_META',
-               '_AIK', '_AIGUARDS', '_AIREADY', '_AI_META'):
+               '_AIK', '_AIGUARDS', '_AIREADY'):
         monkeypatch.setattr(P, nm, {})
     runs = []
     orig = K.decode_runner
