@@ -169,7 +169,7 @@ class CalibratedTurboCodec(Codec):
 # words, straddling into the next word). Each side's constants are one float32 input (mean, scale, then per band its
 # channel indices, transposed matrix, boundaries and centroids; `_cal_consts`); the source is made per structure (head
 # dims, bands' sizes and widths, dtype), so every layer of one structure shares a kernel.
-def _cal_side_source(x, D, bands, nb):
+def _cal_side_source(x, D, bands):
     "Kernel text of one side (`x` 'k' or 'v'): `bands` = [(n, bits, has_idx)], outputs o{x}{i} words and g{x}{i} gammas"
     src = [f"""        const T* const xr = x{x} + (size_t)row * {D};
         const float* const C = c{x};
@@ -222,7 +222,7 @@ def _cal_kernel(Dk, kb, Dv, vb):
     "The pair kernel for sides of head dims Dk / Dv and bands kb / vb ([(n, bits, has_idx)]): (kernel, constants' lengths)"
     key = (Dk, tuple(kb), Dv, tuple(vb))
     if key not in _CALK:
-        ks, kl = _cal_side_source("k", Dk, kb, None); vs, vl = _cal_side_source("v", Dv, vb, None)
+        ks, kl = _cal_side_source("k", Dk, kb); vs, vl = _cal_side_source("v", Dv, vb)
         dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
         src = f"""
     const int lane = threadIdx.x & 31;
@@ -267,12 +267,14 @@ def _cal_launch(kc, xk, vc, xv):
     "(kernel, inputs after the keys and values, launch arguments, key parts) of the pair kernel for this update"
     Dk, Dv = xk.shape[-1], xv.shape[-1]
     kb, vb = _cal_bands(kc, Dk), _cal_bands(vc, Dv)
-    kern, _, _ = _cal_kernel(Dk, kb, Dv, vb)
+    kern, kl, vl = _cal_kernel(Dk, kb, Dv, vb)
+    ck, cv = _cal_consts(kc, Dk), _cal_consts(vc, Dv)
+    if ck.size != kl or cv.size != vl: raise RuntimeError(f"calibrated pair: constants of {ck.size} / {cv.size} floats, the kernel reads {kl} / {vl}")
     rows, lead = xk.size // Dk, xk.shape[:-1]
     shapes = [s for bands in (kb, vb) for n, b, _ in bands for s in ((*lead, -(-n * b // 32)), (*lead, 1))]
     launch = dict(template=[("T", xk.dtype), ("WARPS", 4)], grid=(-(-2 * rows // 4) * 128, 1, 1), threadgroup=(128, 1, 1),
                   output_shapes=shapes, output_dtypes=[mx.uint32, mx.float16] * (len(kb) + len(vb)))
-    return kern, (_cal_consts(kc, Dk), _cal_consts(vc, Dv), _cal_meta(rows)), launch, 2 * len(kb)
+    return kern, (ck, cv, _cal_meta(rows)), launch, 2 * len(kb)
 
 def _cal_fused(kc, xk, vc, xv):
     kern, consts, launch, nk = _cal_launch(kc, xk, vc, xv)
