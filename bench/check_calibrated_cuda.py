@@ -1,6 +1,8 @@
 """On the GPU itself: `calibrated.calibrated_encode_pair` (a calibrated pair's update, the codecs `auto:B` plans, quantized
 by one launch) against each side's own encode, over the structures `auto:B` makes (an outlier band of 32 channels or
-none, widths 3-7, head dims 64-256), dtypes and row counts (a decode token per head, a prefill chunk); then what a
+none, widths 3-7, head dims 64-256), dtypes and row counts (a decode token per head, a prefill chunk); the ring kernel
+(`calibrated_into_pair`, a decode token into a full sliding-window ring) against the reference written into the ring,
+and sliding-window caches on it against the same caches writing each side's encode into slices; then what a
 decode step's update costs the host and the GPU per layer with it and without it (`CUDA_PAIR`), in sliding-window
 rings and growing caches of Gemma's head shape.
 
@@ -49,6 +51,45 @@ for (kb, ko), (vb, vo), D in [((5, 32), (5, 0), 256), ((6, 32), (5, 0), 256), ((
             except Exception as e: ok = False; res.append(f"{shape}: {repr(e)[:200]}")
             bad += not ok
         print(f"calibrated pair k {kb}b/{ko} outliers, v {vb}b/{vo}, d{D} {dt}: " + "; ".join(res))
+for (kb, ko), (vb, vo), D in [((5, 32), (5, 0), 256), ((4, 32), (3, 32), 256), ((5, 8), (4, 0), 64), ((6, 0), (5, 0), 128)]:
+    kc, vc = codec(kb, D, ko, 0), codec(vb, D, vo, 1)      # a decode token into a full ring (`calibrated_into_pair`)
+    old_k = kc._encode(mx.random.normal((2, 4, 512, D), key=mx.random.key(3))); old_v = vc._encode(mx.random.normal((2, 4, 512, D), key=mx.random.key(4)))
+    for dt in (mx.float16, mx.bfloat16, mx.float32):
+        res = []
+        for n, pos in ((1, 0), (1, 300), (1, 511), (3, 17)):
+            xk = (mx.random.normal((2, 4, n, D), key=mx.random.key(pos + 5)) * 2).astype(dt); xv = mx.random.normal((2, 4, n, D), key=mx.random.key(pos + 6)).astype(dt)
+            args = (kc, old_k, old_v, pos, xk, vc, xv)
+            try:
+                got = Cal.calibrated_into_pair(*args)
+                ref = Cal._cal_into_reference(*args)
+                why = 'declined' if got is None else Cal._cal_into_agree(got, ref, *args)
+                ok = why is None and Cal._CALIGUARD['into'].state.get(Cal._cal_into_class(*args)) is True
+                exact = got is not None and all(mx.array_equal(x, y).item() for x, y in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+                res.append(f"slot {pos}: {'ok' if ok else why} (bit-equal {exact})")
+            except Exception as e: ok = False; res.append(f"slot {pos}: {repr(e)[:200]}")
+            bad += not ok
+        print(f"calibrated ring write k {kb}b/{ko} outliers, v {vb}b/{vo}, d{D} {dt}: " + "; ".join(res))
+from mlx_kvq.codecs import CachedSide, codec_attention
+for (kb, ko), (vb, vo), D, dt in [((5, 32), (5, 0), 256, mx.float16), ((5, 8), (4, 0), 64, mx.bfloat16), ((6, 0), (5, 0), 128, mx.float32)]:
+    kc, vc = codec(kb, D, ko, 0), codec(vb, D, vo, 1)      # sliding-window caches: the ring kernel and its held launch against each side's encode into slices
+    make = lambda: QuantizedRotatingKVCache(64, 0, kc, vc)
+    h = lambda L, key: mx.random.normal((1, 2, L, D), key=mx.random.key(key)).astype(dt)
+    ring, sliced, same, held, worst = make(), make(), 0, 0, 0.0
+    for i in range(150):
+        k, v = (h(40, 0), h(40, 1)) if i == 0 else (h(1, 2 * i), h(1, 2 * i + 1))
+        a_ = ring.update_and_fetch(k, v)
+        held += ring.__dict__.get('_ringw') is not None
+        Cal.CUDA_PAIR = False; b_ = sliced.update_and_fetch(k, v); Cal.CUDA_PAIR = True
+        same += all(x.shape == y.shape and mx.array_equal(x, y).item() for x, y in zip((*a_[0], *a_[1]), (*b_[0], *b_[1])))
+        if i:
+            q = mx.random.normal((1, 8, 1, D), key=mx.random.key(1000 + i)).astype(dt)
+            out = ring.attend(q, *a_, scale=D ** -0.5)
+            ref = codec_attention(q.astype(mx.float32), CachedSide(kc, parts=tuple(a_[0])), CachedSide(vc, parts=tuple(a_[1])), scale=D ** -0.5)
+            worst = max(worst, mx.abs(out.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
+    ok = held >= 100 and worst <= (1e-5 if dt == mx.float32 else 2e-3 if dt == mx.float16 else 1.6e-2)
+    bad += not ok
+    print(f"calibrated ring cache k {kb}b/{ko}, v {vb}b/{vo}, d{D} {dt}: 150 steps, bit-equal to each side's encode into slices at {same}, "
+          f"held write on {held} steps, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
 print(f"{bad} failing", flush=True)
 warnings.simplefilter('default')
 

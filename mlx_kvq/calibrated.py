@@ -17,10 +17,10 @@ from .codecs import Codec, register_codec
 
 # %% auto #0
 __all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'calibrated_encode_pair',
-           'QJLKeyCodec']
+           'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
-from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel
+from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel, kernel_backend
 
 def packed_bytes(n, bits): return 4 * packed_words(n, bits)
 
@@ -172,6 +172,7 @@ class CalibratedTurboCodec(Codec):
 def _cal_side_source(x, D, bands):
     "Kernel text of one side (`x` 'k' or 'v'): `bands` = [(n, bits, has_idx)], outputs o{x}{i} words and g{x}{i} gammas"
     src = [f"""        const T* const xr = x{x} + (size_t)row * {D};
+        const size_t orow = (size_t)(row / n) * cap + pos + (row % n);   // its row in the output storage
         const float* const C = c{x};
         for (int j = lane; j < {D}; j += 32) ys[warp][j] = __fmul_rn(__fsub_rn((float)xr[j], C[j]), C[{D} + j]);
         __syncwarp();
@@ -200,7 +201,7 @@ def _cal_side_source(x, D, bands):
                 cs[warp][r] = (unsigned char)code;
             }}
             for (int o = 16; o > 0; o >>= 1) {{ uc += __shfl_xor_sync(0xffffffffu, uc, o); cc += __shfl_xor_sync(0xffffffffu, cc, o); }}
-            if (lane == 0) g{x}{i}[row] = __float2half_rn(__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f)));
+            if (lane == 0) g{x}{i}[orow] = __float2half_rn(__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f)));
             __syncwarp();
             for (int w = lane; w < {W}; w += 32) {{
                 unsigned int word = 0u;
@@ -210,7 +211,7 @@ def _cal_side_source(x, D, bands):
                     const unsigned int c = cs[warp][j];
                     word |= s >= 0 ? c << s : c >> (-s);
                 }}
-                o{x}{i}[(size_t)row * {W} + w] = word;
+                o{x}{i}[orow * {W} + w] = word;
             }}
             __syncwarp();
         }}
@@ -218,20 +219,42 @@ def _cal_side_source(x, D, bands):
     return "".join(src), off
 
 _CALK = {}
-def _cal_kernel(Dk, kb, Dv, vb):
-    "The pair kernel for sides of head dims Dk / Dv and bands kb / vb ([(n, bits, has_idx)]): (kernel, constants' lengths)"
-    key = (Dk, tuple(kb), Dv, tuple(vb))
+def _cal_copy_source(x, bands):
+    "Kernel text copying storage row r of every part of side `x` from the old storages (q{x}{i} words, h{x}{i} gammas)"
+    return "".join(f"""            for (int w = 0; w < {-(-n * b // 32)}; ++w) o{x}{i}[(size_t)r * {-(-n * b // 32)} + w] = q{x}{i}[(size_t)r * {-(-n * b // 32)} + w];
+            g{x}{i}[r] = h{x}{i}[r];
+""" for i, (n, b, _) in enumerate(bands))
+
+def _cal_kernel(Dk, kb, Dv, vb, into=False):
+    """The pair kernel for sides of head dims Dk / Dv and bands kb / vb ([(n, bits, has_idx)]): (kernel, constants'
+    lengths). meta = (rows, tokens per row n, slot, capacity, quantize blocks): the update's rows go to rows
+    slot .. slot + n - 1 of storages of `capacity` tokens (a plain encode: slot 0, capacity n); `into`: the storages are
+    copies of the old ones (inputs after `meta`, each side's parts in order) with those rows replaced, the blocks after the
+    quantize blocks copying every other row (a sliding-window ring's decode token)"""
+    key = (Dk, tuple(kb), Dv, tuple(vb), into)
     if key not in _CALK:
         ks, kl = _cal_side_source("k", Dk, kb); vs, vl = _cal_side_source("v", Dv, vb)
         dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
+        copy = f"""    if ((int)blockIdx.x >= qb) {{                     // a thread per row of one side's new storages
+        const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
+        const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
+        if (i >= 2u * per) return;
+        const unsigned int r = i >= per ? i - per : i, t = r % (unsigned int)cap;
+        if (t >= (unsigned int)pos && t < (unsigned int)(pos + n)) return;   // a quantize warp writes it
+        if (i < per) {{
+{_cal_copy_source("k", kb)}        }} else {{
+{_cal_copy_source("v", vb)}        }}
+        return;
+    }}
+""" if into else ""
         src = f"""
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     __shared__ float ys[WARPS][{dmax}];
     __shared__ float yb[WARPS][{nmax}];
     __shared__ unsigned char cs[WARPS][{nmax}];
-    const int rows = meta[0];
-    const int pr = blockIdx.x * WARPS + warp;
+    const int rows = meta[0], n = meta[1], pos = meta[2], cap = meta[3], qb = meta[4];
+{copy}    const int pr = blockIdx.x * WARPS + warp;
     if (pr >= 2 * rows) return;
     if (pr < rows) {{
         const int row = pr;
@@ -240,7 +263,8 @@ def _cal_kernel(Dk, kb, Dv, vb):
 {vs}    }}
 """
         outs = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("o", "g")]
-        _CALK[key] = (make_kernel("cuda", "mlx_kvq_calibrated_pair", ["xk", "xv", "ck", "cv", "meta"], outs, src), kl, vl)
+        olds = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("q", "h")] if into else []
+        _CALK[key] = (make_kernel("cuda", "mlx_kvq_calibrated_" + ("into" if into else "pair"), ["xk", "xv", "ck", "cv", "meta", *olds], outs, src), kl, vl)
     return _CALK[key]
 
 def _cal_bands(codec, dim):
@@ -263,18 +287,23 @@ def _cal_consts(codec, dim):
         got[dim] = device_constant(np.concatenate(parts).astype(np.float32))
     return got[dim]
 
-def _cal_launch(kc, xk, vc, xv):
-    "(kernel, inputs after the keys and values, launch arguments, key parts) of the pair kernel for this update"
+def _cal_launch(kc, xk, vc, xv, into=None):
+    """(kernel, inputs after the keys and values, launch arguments, key parts) of the pair kernel for this update
+    (B, H, n, D); `into` = (capacity, slot): the ring kernel writing into copies of storages of that capacity (the old
+    parts are the caller's to append to the inputs)"""
     Dk, Dv = xk.shape[-1], xv.shape[-1]
     kb, vb = _cal_bands(kc, Dk), _cal_bands(vc, Dv)
-    kern, kl, vl = _cal_kernel(Dk, kb, Dv, vb)
+    kern, kl, vl = _cal_kernel(Dk, kb, Dv, vb, into is not None)
     ck, cv = _cal_consts(kc, Dk), _cal_consts(vc, Dv)
     if ck.size != kl or cv.size != vl: raise RuntimeError(f"calibrated pair: constants of {ck.size} / {cv.size} floats, the kernel reads {kl} / {vl}")
-    rows, lead = xk.size // Dk, xk.shape[:-1]
-    shapes = [s for bands in (kb, vb) for n, b, _ in bands for s in ((*lead, -(-n * b // 32)), (*lead, 1))]
-    launch = dict(template=[("T", xk.dtype), ("WARPS", 4)], grid=(-(-2 * rows // 4) * 128, 1, 1), threadgroup=(128, 1, 1),
+    n = xk.shape[-2]; rows = xk.size // Dk; qb = -(-2 * rows // 4)
+    cap, slot = (n, 0) if into is None else into
+    lead = (*xk.shape[:-2], cap)
+    copies = 0 if into is None else -(-2 * (rows // n) * cap // 128)
+    shapes = [s for bands in (kb, vb) for m, b, _ in bands for s in ((*lead, -(-m * b // 32)), (*lead, 1))]
+    launch = dict(template=[("T", xk.dtype), ("WARPS", 4)], grid=((qb + copies) * 128, 1, 1), threadgroup=(128, 1, 1),
                   output_shapes=shapes, output_dtypes=[mx.uint32, mx.float16] * (len(kb) + len(vb)))
-    return kern, (ck, cv, _cal_meta(rows)), launch, 2 * len(kb)
+    return kern, (ck, cv, _cal_meta(rows, n, slot, cap, qb)), launch, 2 * len(kb)
 
 def _cal_fused(kc, xk, vc, xv):
     kern, consts, launch, nk = _cal_launch(kc, xk, vc, xv)
@@ -282,11 +311,12 @@ def _cal_fused(kc, xk, vc, xv):
     return tuple(out[:nk]), tuple(out[nk:])
 
 _CALMETA = {}
-def _cal_meta(rows):
-    if rows not in _CALMETA:
-        if len(_CALMETA) > 1024: _CALMETA.clear()
-        _CALMETA[rows] = device_constant(np.array([rows], np.int32))
-    return _CALMETA[rows]
+def _cal_meta(*values):
+    "The kernel's meta (rows, tokens, slot, capacity, quantize blocks) as a device constant, kept per tuple (a ring cycles through its slots)"
+    if values not in _CALMETA:
+        if len(_CALMETA) > 16384: _CALMETA.clear()
+        _CALMETA[values] = device_constant(np.array(values, np.int32))
+    return _CALMETA[values]
 
 def _cal_reference(kc, xk, vc, xv): return tuple(kc._encode(xk)), tuple(vc._encode(xv))
 def _cal_class(kc, xk, vc, xv):
@@ -319,7 +349,6 @@ _CALLAUNCH = {}
 def calibrated_encode_pair(kc, keys, vc, values):
     """Keys by `kc` and values by `vc` (both `CalibratedTurboCodec`) as `_encode` makes them, on CUDA by one launch
     (verified on first use per structure and dtype; bands of at most 512 channels, head dims of at most 1024), or None"""
-    from .packing import kernel_backend
     if not (CUDA_PAIR and kernel_backend() == "cuda" and isinstance(keys, mx.array) and isinstance(values, mx.array)): return None
     got = _CALLAUNCH.get((id(kc), id(vc), keys.shape, values.shape, keys.dtype, values.dtype))
     if got is not None and got[0] is kc and got[1] is vc:     # verified, and launched for these codecs and shapes before
@@ -352,6 +381,88 @@ def _cal_encode_pair(self, other, keys, values):
         if got is not None: return got
     return self.encode(keys), other.encode(values)
 CalibratedTurboCodec.encode_pair = _cal_encode_pair
+
+def _cal_fits(old, x, c):
+    "Whether `old` holds the storage parts of codec `c` for update `x` (B, H, n, D): each band's words and gamma over one capacity"
+    bands = _cal_bands(c, x.shape[-1])
+    if not (isinstance(old, tuple) and len(old) == 2 * len(bands) and all(isinstance(p, mx.array) and p.ndim == 4 for p in old)): return False
+    cap = old[0].shape[2]
+    return all(w.shape == (*x.shape[:2], cap, -(-n * b // 32)) and w.dtype == mx.uint32 and g.shape == (*x.shape[:2], cap, 1) and g.dtype == mx.float16
+               for (n, b, _), w, g in zip(bands, old[0::2], old[1::2]))
+
+def _cal_into_fused(kc, old_k, old_v, pos, xk, vc, xv):
+    kern, consts, launch, nk = _cal_launch(kc, xk, vc, xv, (old_k[0].shape[2], pos))
+    out = kern(inputs=[xk, xv, *consts, *old_k, *old_v], **launch)
+    return tuple(out[:nk]), tuple(out[nk:])
+
+def _cal_into_reference(kc, old_k, old_v, pos, xk, vc, xv):
+    "`old_k` / `old_v`'s parts with rows pos .. pos + n - 1 replaced by each side's encode of the update"
+    put = lambda old, new: tuple(mx.concatenate([o[..., :pos, :], e, o[..., pos + e.shape[-2]:, :]], axis=-2) for o, e in zip(old, new))
+    return put(old_k, kc._encode(xk)), put(old_v, vc._encode(xv))
+
+def _cal_into_class(kc, old_k, old_v, pos, xk, vc, xv): return ("into", old_k[0].shape[2], *_cal_class(kc, xk, vc, xv))
+
+def _cal_into_agree(out, ref, kc, old_k, old_v, pos, xk, vc, xv):
+    "Every kept row bit for bit the old storage's, the new rows as `_cal_agree` takes them"
+    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
+    n = xk.shape[-2]
+    for o, r in zip(out, ref):
+        if len(o) != len(r): return f"returned {len(o)} parts instead of {len(r)}"
+        for a, b in zip(o, r):
+            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
+            if not (mx.array_equal(a[..., :pos, :], b[..., :pos, :]) and mx.array_equal(a[..., pos + n:, :], b[..., pos + n:, :])).item():
+                return "disagrees with the kept tokens"
+    new = lambda side: tuple(p[..., pos:pos + n, :] for p in side)
+    return _cal_agree((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), kc, xk, vc, xv)
+
+_CALIGUARD = {}
+def calibrated_into_pair(kc, old_k, old_v, pos, keys, vc, values):
+    """Keys by `kc` and values by `vc` (`CalibratedTurboCodec`s) of an update (B, H, n, D) quantized into copies of the
+    storages `old_k` / `old_v` (each side's parts, (B, H, capacity, .)) at rows pos .. pos + n - 1, every other row kept:
+    a sliding-window ring's write of the encoded update. On CUDA one launch (verified on first use), else None"""
+    if not (CUDA_PAIR and kernel_backend() == "cuda" and isinstance(keys, mx.array) and isinstance(values, mx.array)): return None
+    if not (keys.ndim == 4 and values.ndim == 4 and keys.shape[:3] == values.shape[:3] and keys.dtype == values.dtype and keys.shape[2] > 0
+            and keys.dtype in (mx.float32, mx.float16, mx.bfloat16) and max(keys.shape[-1], values.shape[-1]) <= 1024): return None
+    kc.check_dim(keys.shape[-1]); vc.check_dim(values.shape[-1])
+    if max(n for n, _, _ in (*_cal_bands(kc, keys.shape[-1]), *_cal_bands(vc, values.shape[-1]))) > 512: return None
+    old_k, old_v = tuple(old_k), tuple(old_v)
+    if not (_cal_fits(old_k, keys, kc) and _cal_fits(old_v, values, vc) and old_k[0].shape[2] == old_v[0].shape[2]): return None
+    cap = old_k[0].shape[2]
+    if not (isinstance(pos, int) and 0 <= pos and pos + keys.shape[2] <= cap and keys.shape[0] * keys.shape[1] * cap < 2 ** 30): return None
+    args = (kc, old_k, old_v, pos, keys, vc, values)
+    cls = _cal_into_class(*args)
+    if _CALREADY.get(cls): return _cal_into_fused(*args)
+    if "into" not in _CALIGUARD:
+        _CALIGUARD["into"] = GuardedKernel("cuda calibrated into", _cal_into_fused, _cal_into_reference, _cal_into_class, _cal_into_agree)
+    out = _CALIGUARD["into"](*args)
+    if _CALIGUARD["into"].state.get(cls) is True: _CALREADY[cls] = True
+    return out
+
+def calibrated_into_writer(kc, old_k, old_v, keys, vc, values):
+    """For a full ring's later decode tokens (the same codecs, shapes and storage shapes): a function (old_k, old_v, pos,
+    keys, values) -> every part of both sides, launching `calibrated_into_pair`'s verified kernel with everything else
+    fixed; or None where it has not been verified for this configuration"""
+    if not (CUDA_PAIR and kernel_backend() == "cuda"): return None
+    old_k, old_v = tuple(old_k), tuple(old_v)
+    cap = old_k[0].shape[2]
+    if not _CALREADY.get(_cal_into_class(kc, old_k, old_v, 0, keys, vc, values)): return None
+    kern, (ck, cv, _), launch, nk = _cal_launch(kc, keys, vc, values, (cap, 0))
+    rows, n, qb = keys.size // keys.shape[-1], keys.shape[2], -(-2 * (keys.size // keys.shape[-1]) // 4)
+    def write(ok, ov, pos, xk, xv): return kern(inputs=[xk, xv, ck, cv, _cal_meta(rows, n, pos, cap, qb), *ok, *ov], **launch)
+    write.keep = (kc, vc)
+    return write
+
+def _cal_encode_into(self, other, old_k, old_v, pos, keys, values):
+    "On CUDA, where both sides are `CalibratedTurboCodec`s, the update quantized into copies of the ring's parts (`calibrated_into_pair`); else None"
+    if type(self) is not CalibratedTurboCodec or type(other) is not CalibratedTurboCodec: return None
+    return calibrated_into_pair(self, old_k, old_v, pos, keys, other, values)
+
+def _cal_into_writer(self, other, old_k, old_v, keys, values):
+    "`calibrated_into_writer` of a calibrated pair (the launch `encode_into` verified), else None"
+    if type(self) is not CalibratedTurboCodec or type(other) is not CalibratedTurboCodec: return None
+    return calibrated_into_writer(self, old_k, old_v, keys, other, values)
+CalibratedTurboCodec.encode_into = _cal_encode_into
+CalibratedTurboCodec.into_writer = _cal_into_writer
 
 # %% ../nbs/12a_calibrated.ipynb #bab769cf
 @register_codec

@@ -18,8 +18,8 @@ def pytest_configure(config):
 @pytest.fixture
 def emulated_packing(monkeypatch):
     """mlx_kvq.packing's CUDA code path with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py),
-    its kernels, guards and kept launches fresh (nothing verified yet), the calibrated pair kernel's too (mlx_kvq.calibrated, which
-    asks packing's `kernel_backend`); the append kernel (off by default) on"""
+    its kernels, guards and kept launches fresh (nothing verified yet), mlx_kvq.calibrated's pair and ring kernels' too;
+    the append kernel (off by default) on"""
     import sys
     from pathlib import Path
     import mlx.core as mx
@@ -34,6 +34,7 @@ def emulated_packing(monkeypatch):
                  '_AIK', '_AIGUARDS', '_AIREADY'):
         monkeypatch.setattr(P, name, {})
     from mlx_kvq import calibrated as Cal
-    for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA', '_CALLAUNCH'):
+    monkeypatch.setattr(Cal, 'kernel_backend', lambda: 'cuda')
+    for name in ('_CALK', '_CALGUARD', '_CALREADY', '_CALMETA', '_CALLAUNCH', '_CALIGUARD'):
         monkeypatch.setattr(Cal, name, {})
     monkeypatch.setattr(P, 'APPEND', True)

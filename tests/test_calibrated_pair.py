@@ -72,7 +72,6 @@ def test_a_wrong_calibrated_kernel_is_refused(emulated, monkeypatch, mutation):
 def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
     "Keys and values of other shapes or dtypes, other codecs, CUDA_PAIR off, off CUDA: each side's own encode (the same parts), nothing launched"
     from mlx_kvq.turbo_codec import TurboCodec
-    from mlx_kvq import packing as P
     kc, vc = _codec(4, 64, 0, 0), _codec(4, 64, 0, 1)
     xk = _x((1, 2, 3, 64), mx.float32, 5)
     assert Cal.calibrated_encode_pair(kc, xk, vc, xk[..., :2, :]) is None
@@ -81,24 +80,25 @@ def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
     mixed = kc.encode_pair(tc, xk, xk)
     assert all(mx.array_equal(a, b) for a, b in zip(mixed[0], kc.encode(xk))) and all(mx.array_equal(a, b) for a, b in zip(mixed[1], tc.encode(xk)))
     monkeypatch.setattr(Cal, 'CUDA_PAIR', False); assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
-    monkeypatch.setattr(Cal, 'CUDA_PAIR', True); monkeypatch.setattr(P, 'kernel_backend', lambda: None)
+    monkeypatch.setattr(Cal, 'CUDA_PAIR', True); monkeypatch.setattr(Cal, 'kernel_backend', lambda: None)
     assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
     assert not Cal._CALGUARD
     with pytest.raises(ValueError, match='calibrated for head dim 64'):
-        monkeypatch.setattr(P, 'kernel_backend', lambda: 'cuda'); Cal.calibrated_encode_pair(kc, _x((1, 2, 1, 128), mx.float32, 6), vc, _x((1, 2, 1, 128), mx.float32, 7))
+        monkeypatch.setattr(Cal, 'kernel_backend', lambda: 'cuda'); Cal.calibrated_encode_pair(kc, _x((1, 2, 1, 128), mx.float32, 6), vc, _x((1, 2, 1, 128), mx.float32, 7))
 
 
 @pytest.mark.parametrize('rotating', [False, True], ids=['growing', 'ring'])
 def test_calibrated_caches_on_the_cuda_path_hold_what_the_encode_path_holds(emulated, monkeypatch, rotating):
     """The caches `auto:B` plans, fed a prompt and decode tokens on the emulated CUDA path, store what the same caches
-    store with CUDA_PAIR off (each side's traced encode), bit for bit, every update through the pair kernel (the decode
-    tokens after the first verified one by the launch held for their shapes)"""
+    store with CUDA_PAIR off (each side's traced encode), bit for bit, every update through one launch: a growing cache's
+    by the pair kernel (the decode tokens after the first verified one by the launch held for their shapes), a ring's
+    decode tokens once it holds its window by the ring kernel (`calibrated_into_pair`, then the launch the ring holds)"""
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.kvsplit import QuantizedRotatingKVCache
-    calls = []
-    def counted(*a, f=Cal.make_kernel, **kw):     # every launch of the pair kernel, the held ones included
-        k = f(*a, **kw)
-        return lambda **kk: calls.append(kk['inputs'][0].shape[-2]) or k(**kk)
+    calls, kinds = [], []
+    def counted(backend, name, *a, f=Cal.make_kernel, **kw):     # every launch of the pair and ring kernels, the held ones included
+        k = f(backend, name, *a, **kw)
+        return lambda **kk: calls.append(kk['inputs'][0].shape[-2]) or kinds.append(name.rsplit('_', 1)[-1]) or k(**kk)
     monkeypatch.setattr(Cal, 'make_kernel', counted)
     kc, vc = _codec(5, 64, 8, 0), _codec(4, 64, 0, 1)
     make = (lambda: QuantizedRotatingKVCache(8, 0, kc, vc)) if rotating else (lambda: CodecKVCache(kc, vc))
@@ -116,4 +116,54 @@ def test_calibrated_caches_on_the_cuda_path_hold_what_the_encode_path_holds(emul
         monkeypatch.setattr(Cal, 'CUDA_PAIR', True)
         for x, y in zip(stored(fast), stored(slow)):
             assert x.shape == y.shape and mx.array_equal(x, y)
-    assert calls == [5] + [1] * 10 and len(Cal._CALLAUNCH) == 1      # decode tokens 3-10 by the held launch
+    assert calls == [5] + [1] * 10
+    if rotating:   # the prompt and the token that grows the ring encoded, then 9 tokens written into it (the first verified, the rest held)
+        assert kinds == ['pair'] * 2 + ['into'] * 9 and fast.__dict__.get('_ringw') is not None
+    else:
+        assert kinds == ['pair'] * 11 and len(Cal._CALLAUNCH) == 1      # decode tokens 3-10 by the held launch
+
+
+def _ring(kb, vb, D, outl, dtype, pos, n=1, cap=12):
+    kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1)
+    old_k, old_v = kc._encode(_x((2, 3, cap, D), mx.float32, 20)), vc._encode(_x((2, 3, cap, D), mx.float32, 21))
+    return (kc, old_k, old_v, pos, _x((2, 3, n, D), dtype, 22), vc, _x((2, 3, n, D), dtype, 23))
+
+
+@pytest.mark.parametrize('kb,vb,D,outl,dtype,pos,n', [(5, 4, 64, 8, mx.float16, 5, 1), (6, 5, 256, 32, mx.float32, 11, 1), (3, 3, 96, 0, mx.float16, 0, 2)])
+def test_the_ring_kernel_writes_its_rows_and_keeps_the_others(emulated, kb, vb, D, outl, dtype, pos, n):
+    """`calibrated_into_pair`: rows pos .. pos + n - 1 hold each side's encode of the update, every other row the old
+    storage's, bit for bit; verified on first use, the verified launch gives the same"""
+    args = _ring(kb, vb, D, outl, dtype, pos, n)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = Cal.calibrated_into_pair(*args)
+    assert Cal._CALIGUARD['into'].state[Cal._cal_into_class(*args)] is True
+    ref = Cal._cal_into_reference(*args)
+    assert all(a.shape == b.shape and mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+    assert not all(mx.array_equal(a[..., pos:pos + n, :], b[..., pos:pos + n, :]) for a, b in zip(got[0], args[1]))   # the rows did change
+    again = Cal.calibrated_into_pair(*args)
+    assert all(mx.array_equal(a, b) for a, b in zip((*again[0], *again[1]), (*got[0], *got[1])))
+
+
+def test_a_wrong_ring_kernel_is_refused_and_the_ring_kernel_declines(emulated, monkeypatch):
+    """Not vacuous: a ring kernel that copies the old row over the second new one is refused (the reference answers);
+    rows past the storage, storages of other codecs, CUDA_PAIR off: None"""
+    args = _ring(5, 4, 64, 8, mx.float16, 3, n=2)
+    assert Cal.calibrated_into_pair(*args[:3], 11, *args[4:]) is None                      # rows 11, 12 of a 12-token ring
+    assert Cal.calibrated_into_pair(*args[:2], args[1], *args[3:]) is None                  # the key storage as values' (other bands)
+    monkeypatch.setattr(Cal, 'CUDA_PAIR', False); assert Cal.calibrated_into_pair(*args) is None
+    monkeypatch.setattr(Cal, 'CUDA_PAIR', True)
+    assert not Cal._CALIGUARD
+    src = "if (t >= (unsigned int)pos && t < (unsigned int)(pos + n)) return;"
+    orig_mk = Cal.make_kernel
+    def mk(backend, name, ins, outs, source, **kw):
+        if name.endswith('into'):
+            assert src in source
+            source = source.replace(src, "if (t == (unsigned int)pos) return;")
+        return orig_mk(backend, name, ins, outs, source, **kw)
+    monkeypatch.setattr(Cal, 'make_kernel', mk)
+    with pytest.warns(RuntimeWarning, match='calibrated into'):
+        got = Cal.calibrated_into_pair(*args)
+    assert Cal._CALIGUARD['into'].state[Cal._cal_into_class(*args)] is False
+    ref = Cal._cal_into_reference(*args)
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
