@@ -28,6 +28,33 @@ def side(bits, dim, seed, cap, key):
     return (w, n, c.rotation, c.codebook), c
 
 
+def ring_cache(label, codecs, keep, dim, dt, flag):
+    """A sliding-window cache (window 64, `keep` sink tokens, the codecs `codecs()` makes) fed a 40-token prompt and 149
+    decode tokens: the ring kernel and its held launch against the same cache with packing.`flag` off (slice writes), bit
+    for bit at every step, and its attention (the held launch once full) against the reference; prints a line, returns ok"""
+    from mlx_kvq.kvsplit import QuantizedRotatingKVCache
+    make = lambda: QuantizedRotatingKVCache(64, keep, *codecs())
+    h = lambda L, key: mx.random.normal((1, 2, L, dim), key=mx.random.key(key)).astype(dt)
+    ring, sliced, same, held, worst, runs = make(), make(), True, 0, 0.0, 0
+    for i in range(150):
+        k, v = (h(40, 0), h(40, 1)) if i == 0 else (h(1, 2 * i), h(1, 2 * i + 1))
+        a = ring.update_and_fetch(k, v)
+        held += ring.__dict__.get('_ringw') is not None
+        if i:     # the ring's attention (its held launch once full) against the reference over what it holds
+            q = mx.random.normal((1, 8, 1, dim), key=mx.random.key(1000 + i)).astype(dt)
+            runs += ring.__dict__.get('_ringa') is not None
+            out = ring.attend(q, *a, scale=dim ** -0.5)
+            ref = codec_attention(q.astype(mx.float32), A.CachedSide(ring.k_codec, parts=tuple(a[0])), A.CachedSide(ring.v_codec, parts=tuple(a[1])), scale=dim ** -0.5)
+            worst = max(worst, mx.abs(out.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
+        setattr(P, flag, False); b = sliced.update_and_fetch(k, v); setattr(P, flag, True)
+        same = same and (ring.offset, ring._idx) == (sliced.offset, sliced._idx) and all(
+            x.shape == y.shape and mx.array_equal(x, y).item() for x, y in zip((*a[0], *a[1]), (*b[0], *b[1])))
+    ok = same and held >= 100 and runs >= 100 and worst <= max(TOL[dt], 2e-3)
+    print(f"ring cache {label}: 150 steps bit-equal to the slice path {same}, held write on {held} steps, "
+          f"held attention on {runs}, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     print(f"backend {P.kernel_backend()}, MLX {mx.__version__}, {mx.default_device()}")
     bad = 0
@@ -48,28 +75,8 @@ def main():
                 errs.append(why)
                 bad += not ok
             print(f"ring write pair {bits}b d{dim} {dt}: {errs} {'ok' if all(e is None for e in errs) else 'FAIL'}")
-    from mlx_kvq.kvsplit import QuantizedRotatingKVCache      # sliding-window caches: the ring kernel and its held launch against slices
     for bits, dim, keep, dt in [(4, 256, 0, mx.float16), (3, 128, 4, mx.bfloat16), (4, 64, 0, mx.float32)] * turbo_rings:
-        make = lambda: QuantizedRotatingKVCache(64, keep, TurboCodec(bits), TurboCodec(bits, seed=1))
-        h = lambda L, key: mx.random.normal((1, 2, L, dim), key=mx.random.key(key)).astype(dt)
-        ring, sliced, same, held, worst, runs = make(), make(), True, 0, 0.0, 0
-        for i in range(150):
-            k, v = (h(40, 0), h(40, 1)) if i == 0 else (h(1, 2 * i), h(1, 2 * i + 1))
-            a = ring.update_and_fetch(k, v)
-            held += ring.__dict__.get('_ringw') is not None
-            if i:     # the ring's attention (its held launch once full) against the reference over what it holds
-                q = mx.random.normal((1, 8, 1, dim), key=mx.random.key(1000 + i)).astype(dt)
-                runs += ring.__dict__.get('_ringa') is not None
-                out = ring.attend(q, *a, scale=dim ** -0.5)
-                ref = codec_attention(q.astype(mx.float32), A.CachedSide(ring.k_codec, parts=tuple(a[0])), A.CachedSide(ring.v_codec, parts=tuple(a[1])), scale=dim ** -0.5)
-                worst = max(worst, mx.abs(out.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
-            P.RING = False; b = sliced.update_and_fetch(k, v); P.RING = True
-            same = same and (ring.offset, ring._idx) == (sliced.offset, sliced._idx) and all(
-                x.shape == y.shape and mx.array_equal(x, y).item() for x, y in zip((*a[0], *a[1]), (*b[0], *b[1])))
-        ok = same and held >= 100 and runs >= 100 and worst <= max(TOL[dt], 2e-3)
-        bad += not ok
-        print(f"ring cache turbo:{bits} d{dim} keep {keep} {dt}: 150 steps bit-equal to the slice path {same}, held write on {held} steps, "
-              f"held attention on {runs}, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
+        bad += not ring_cache(f"turbo:{bits} d{dim} keep {keep} {dt}", lambda: (TurboCodec(bits), TurboCodec(bits, seed=1)), keep, dim, dt, 'RING')
     for kv, gs, dim in [((4, 4), 64, 128), ((8, 4), 64, 256), ((4, 8), 32, 64), ((8, 8), 128, 128), ((4, 4), 128, 256), ((4, 4), 32, 96)]:
         for dt in (mx.float16, mx.bfloat16, mx.float32):     # an affine pair's decode token quantized into a full ring (`affine_into_pair`)
             kc, vc = AffineCodec(kv[0], gs), AffineCodec(kv[1], gs)
@@ -90,26 +97,7 @@ def main():
                 bad += not ok
             print(f"ring write affine {kv[0]}/{kv[1]}b g{gs} d{dim} {dt}: {errs} bit-equal to mx.quantize {exact} {'ok' if all(e is None for e in errs) else 'FAIL'}")
     for kv, gs, dim, keep, dt in [((4, 4), 64, 256, 0, mx.float16), ((8, 4), 64, 128, 4, mx.bfloat16), ((4, 4), 32, 64, 0, mx.float32)]:
-        make = lambda: QuantizedRotatingKVCache(64, keep, AffineCodec(kv[0], gs), AffineCodec(kv[1], gs))
-        h = lambda L, key: mx.random.normal((1, 2, L, dim), key=mx.random.key(key)).astype(dt)
-        ring, sliced, same, held, worst, runs = make(), make(), True, 0, 0.0, 0
-        for i in range(150):
-            k, v = (h(40, 0), h(40, 1)) if i == 0 else (h(1, 2 * i), h(1, 2 * i + 1))
-            a = ring.update_and_fetch(k, v)
-            held += ring.__dict__.get('_ringw') is not None
-            if i:
-                q = mx.random.normal((1, 8, 1, dim), key=mx.random.key(1000 + i)).astype(dt)
-                runs += ring.__dict__.get('_ringa') is not None
-                out = ring.attend(q, *a, scale=dim ** -0.5)
-                ref = codec_attention(q.astype(mx.float32), A.CachedSide(ring.k_codec, parts=tuple(a[0])), A.CachedSide(ring.v_codec, parts=tuple(a[1])), scale=dim ** -0.5)
-                worst = max(worst, mx.abs(out.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item())
-            P.AFFINE_RING = False; b = sliced.update_and_fetch(k, v); P.AFFINE_RING = True
-            same = same and (ring.offset, ring._idx) == (sliced.offset, sliced._idx) and all(
-                x.shape == y.shape and mx.array_equal(x, y).item() for x, y in zip((*a[0], *a[1]), (*b[0], *b[1])))
-        ok = same and held >= 100 and runs >= 100 and worst <= max(TOL[dt], 2e-3)
-        bad += not ok
-        print(f"ring cache affine:{kv[0]},{kv[1]} g{gs} d{dim} keep {keep} {dt}: 150 steps bit-equal to the slice path {same}, held write on {held} steps, "
-              f"held attention on {runs}, attention vs reference {worst:.2e} {'ok' if ok else 'FAIL'}")
+        bad += not ring_cache(f"affine:{kv[0]},{kv[1]} g{gs} d{dim} keep {keep} {dt}", lambda: (AffineCodec(kv[0], gs), AffineCodec(kv[1], gs)), keep, dim, dt, 'AFFINE_RING')
     if "--ring" in sys.argv or not turbo_rings:     # the ring write and the sliding-window caches only
         print(f"{bad} failing")
         sys.exit(1 if bad else 0)

@@ -21,6 +21,7 @@ __all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'Calibrat
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
 from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel, kernel_backend
+from .packing import _into_ref, _outside_rows, _rows   # a ring write's reference and its kept-rows check, shared with packing's ring writes
 
 def packed_bytes(n, bits): return 4 * packed_words(n, bits)
 
@@ -288,9 +289,9 @@ def _cal_consts(codec, dim):
     return got[dim]
 
 def _cal_launch(kc, xk, vc, xv, into=None):
-    """(kernel, inputs after the keys and values, launch arguments, key parts) of the pair kernel for this update
-    (B, H, n, D); `into` = (capacity, slot): the ring kernel writing into copies of storages of that capacity (the old
-    parts are the caller's to append to the inputs)"""
+    """(kernel, both sides' constants, meta values (rows, n, slot, capacity, quantize blocks), launch arguments, key
+    parts) of the pair kernel for this update (B, H, n, D); `into` = (capacity, slot): the ring kernel writing into
+    copies of storages of that capacity (the old parts are the caller's to append to the inputs)"""
     Dk, Dv = xk.shape[-1], xv.shape[-1]
     kb, vb = _cal_bands(kc, Dk), _cal_bands(vc, Dv)
     kern, kl, vl = _cal_kernel(Dk, kb, Dv, vb, into is not None)
@@ -303,11 +304,11 @@ def _cal_launch(kc, xk, vc, xv, into=None):
     shapes = [s for bands in (kb, vb) for m, b, _ in bands for s in ((*lead, -(-m * b // 32)), (*lead, 1))]
     launch = dict(template=[("T", xk.dtype), ("WARPS", 4)], grid=((qb + copies) * 128, 1, 1), threadgroup=(128, 1, 1),
                   output_shapes=shapes, output_dtypes=[mx.uint32, mx.float16] * (len(kb) + len(vb)))
-    return kern, (ck, cv, _cal_meta(rows, n, slot, cap, qb)), launch, 2 * len(kb)
+    return kern, (ck, cv), (rows, n, slot, cap, qb), launch, 2 * len(kb)
 
 def _cal_fused(kc, xk, vc, xv):
-    kern, consts, launch, nk = _cal_launch(kc, xk, vc, xv)
-    out = kern(inputs=[xk, xv, *consts], **launch)
+    kern, consts, meta, launch, nk = _cal_launch(kc, xk, vc, xv)
+    out = kern(inputs=[xk, xv, *consts, _cal_meta(*meta)], **launch)
     return tuple(out[:nk]), tuple(out[nk:])
 
 _CALMETA = {}
@@ -342,6 +343,15 @@ def _cal_agree(out, ref, kc, xk, vc, xv):
             if not mx.all(near | flipped).item(): return "disagrees with the reference on gammas"
     return None
 
+def _cal_takes(kc, keys, vc, values):
+    """Whether the kernels take keys and values of these dtypes and head dims (each checked against its codec first: a
+    ValueError naming the fix): one dtype of float32 / float16 / bfloat16, tokens present, head dims of at most 1024,
+    bands of at most 512 channels"""
+    if not (keys.dtype == values.dtype and keys.dtype in (mx.float32, mx.float16, mx.bfloat16) and keys.size > 0): return False
+    kc.check_dim(keys.shape[-1]); vc.check_dim(values.shape[-1])
+    return (max(keys.shape[-1], values.shape[-1]) <= 1024
+            and max(n for n, _, _ in (*_cal_bands(kc, keys.shape[-1]), *_cal_bands(vc, values.shape[-1]))) <= 512)
+
 CUDA_PAIR = True    # CUDA: a calibrated pair's update quantized by one launch (`CalibratedTurboCodec.encode_pair`); off: each side's traced encode
 _CALGUARD = {}
 _CALREADY = {}
@@ -354,11 +364,7 @@ def calibrated_encode_pair(kc, keys, vc, values):
     if got is not None and got[0] is kc and got[1] is vc:     # verified, and launched for these codecs and shapes before
         out = got[2](inputs=[keys, values, *got[3]], **got[4])
         return tuple(out[:got[5]]), tuple(out[got[5]:])
-    if not (keys.ndim >= 2 and keys.shape[:-1] == values.shape[:-1] and keys.dtype == values.dtype and keys.size > 0
-            and keys.dtype in (mx.float32, mx.float16, mx.bfloat16) and max(keys.shape[-1], values.shape[-1]) <= 1024
-            and keys.size // keys.shape[-1] < 2 ** 30): return None
-    kc.check_dim(keys.shape[-1]); vc.check_dim(values.shape[-1])
-    if max(n for n, _, _ in (*_cal_bands(kc, keys.shape[-1]), *_cal_bands(vc, values.shape[-1]))) > 512: return None
+    if not (keys.ndim >= 2 and keys.shape[:-1] == values.shape[:-1] and keys.size // keys.shape[-1] < 2 ** 30 and _cal_takes(kc, keys, vc, values)): return None
     cls = _cal_class(kc, keys, vc, values)
     if _CALREADY.get(cls):
         _cal_held(kc, keys, vc, values)
@@ -371,7 +377,8 @@ def calibrated_encode_pair(kc, keys, vc, values):
 def _cal_held(kc, keys, vc, values):
     "The verified pair kernel's launch for these codecs and shapes, kept (a decode step repeats them: no bands, class or launch arguments rebuilt)"
     if len(_CALLAUNCH) > 1024: _CALLAUNCH.clear()
-    _CALLAUNCH[(id(kc), id(vc), keys.shape, values.shape, keys.dtype, values.dtype)] = (kc, vc, *_cal_launch(kc, keys, vc, values))
+    kern, consts, meta, launch, nk = _cal_launch(kc, keys, vc, values)
+    _CALLAUNCH[(id(kc), id(vc), keys.shape, values.shape, keys.dtype, values.dtype)] = (kc, vc, kern, (*consts, _cal_meta(*meta)), launch, nk)
 
 def _cal_encode_pair(self, other, keys, values):
     """Keys by this codec and values by `other`: on CUDA, where both are `CalibratedTurboCodec`s, one launch for both
@@ -391,29 +398,22 @@ def _cal_fits(old, x, c):
                for (n, b, _), w, g in zip(bands, old[0::2], old[1::2]))
 
 def _cal_into_fused(kc, old_k, old_v, pos, xk, vc, xv):
-    kern, consts, launch, nk = _cal_launch(kc, xk, vc, xv, (old_k[0].shape[2], pos))
-    out = kern(inputs=[xk, xv, *consts, *old_k, *old_v], **launch)
+    kern, consts, meta, launch, nk = _cal_launch(kc, xk, vc, xv, (old_k[0].shape[2], pos))
+    out = kern(inputs=[xk, xv, *consts, _cal_meta(*meta), *old_k, *old_v], **launch)
     return tuple(out[:nk]), tuple(out[nk:])
 
 def _cal_into_reference(kc, old_k, old_v, pos, xk, vc, xv):
     "`old_k` / `old_v`'s parts with rows pos .. pos + n - 1 replaced by each side's encode of the update"
-    put = lambda old, new: tuple(mx.concatenate([o[..., :pos, :], e, o[..., pos + e.shape[-2]:, :]], axis=-2) for o, e in zip(old, new))
-    return put(old_k, kc._encode(xk)), put(old_v, vc._encode(xv))
+    return _into_ref(old_k, kc._encode(xk), pos), _into_ref(old_v, vc._encode(xv), pos)
 
 def _cal_into_class(kc, old_k, old_v, pos, xk, vc, xv): return ("into", old_k[0].shape[2], *_cal_class(kc, xk, vc, xv))
 
 def _cal_into_agree(out, ref, kc, old_k, old_v, pos, xk, vc, xv):
     "Every kept row bit for bit the old storage's, the new rows as `_cal_agree` takes them"
-    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
     n = xk.shape[-2]
-    for o, r in zip(out, ref):
-        if len(o) != len(r): return f"returned {len(o)} parts instead of {len(r)}"
-        for a, b in zip(o, r):
-            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
-            if not (mx.array_equal(a[..., :pos, :], b[..., :pos, :]) and mx.array_equal(a[..., pos + n:, :], b[..., pos + n:, :])).item():
-                return "disagrees with the kept tokens"
-    new = lambda side: tuple(p[..., pos:pos + n, :] for p in side)
-    return _cal_agree((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), kc, xk, vc, xv)
+    why = _outside_rows(out, ref, pos, n)
+    if why is not None: return why
+    return _cal_agree((_rows(out[0], pos, n), _rows(out[1], pos, n)), (_rows(ref[0], pos, n), _rows(ref[1], pos, n)), kc, xk, vc, xv)
 
 _CALIGUARD = {}
 def calibrated_into_pair(kc, old_k, old_v, pos, keys, vc, values):
@@ -421,10 +421,7 @@ def calibrated_into_pair(kc, old_k, old_v, pos, keys, vc, values):
     storages `old_k` / `old_v` (each side's parts, (B, H, capacity, .)) at rows pos .. pos + n - 1, every other row kept:
     a sliding-window ring's write of the encoded update. On CUDA one launch (verified on first use), else None"""
     if not (CUDA_PAIR and kernel_backend() == "cuda" and isinstance(keys, mx.array) and isinstance(values, mx.array)): return None
-    if not (keys.ndim == 4 and values.ndim == 4 and keys.shape[:3] == values.shape[:3] and keys.dtype == values.dtype and keys.shape[2] > 0
-            and keys.dtype in (mx.float32, mx.float16, mx.bfloat16) and max(keys.shape[-1], values.shape[-1]) <= 1024): return None
-    kc.check_dim(keys.shape[-1]); vc.check_dim(values.shape[-1])
-    if max(n for n, _, _ in (*_cal_bands(kc, keys.shape[-1]), *_cal_bands(vc, values.shape[-1]))) > 512: return None
+    if not (keys.ndim == 4 and values.ndim == 4 and keys.shape[:3] == values.shape[:3] and _cal_takes(kc, keys, vc, values)): return None
     old_k, old_v = tuple(old_k), tuple(old_v)
     if not (_cal_fits(old_k, keys, kc) and _cal_fits(old_v, values, vc) and old_k[0].shape[2] == old_v[0].shape[2]): return None
     cap = old_k[0].shape[2]
@@ -446,8 +443,7 @@ def calibrated_into_writer(kc, old_k, old_v, keys, vc, values):
     old_k, old_v = tuple(old_k), tuple(old_v)
     cap = old_k[0].shape[2]
     if not _CALREADY.get(_cal_into_class(kc, old_k, old_v, 0, keys, vc, values)): return None
-    kern, (ck, cv, _), launch, nk = _cal_launch(kc, keys, vc, values, (cap, 0))
-    rows, n, qb = keys.size // keys.shape[-1], keys.shape[2], -(-2 * (keys.size // keys.shape[-1]) // 4)
+    kern, (ck, cv), (rows, n, _, _, qb), launch, _ = _cal_launch(kc, keys, vc, values, (cap, 0))
     def write(ok, ov, pos, xk, xv): return kern(inputs=[xk, xv, ck, cv, _cal_meta(rows, n, pos, cap, qb), *ok, *ov], **launch)
     write.keep = (kc, vc)
     return write

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json, math
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
-from .packing import affine_dequantize, affine_into_pair, affine_into_writer
+from .packing import affine_dequantize, affine_encode, affine_into_pair, affine_into_writer
 
 # %% auto #0
 __all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
@@ -109,9 +109,7 @@ class AffineCodec(Codec):
             fix = f"use group size {ok[0]}" if ok else "use a turbo scheme (any head dim)"
             raise ValueError(f"affine group size {self.group_size} does not divide head dim {dim}: {fix}")
     def bytes_per_token(self, dim): return dim * self.bits // 8 + 2 * 2 * (dim // self.group_size)
-    def encode(self, x):
-        w, s, b = mx.quantize(x, group_size=self.group_size, bits=self.bits)
-        return (w, s.astype(mx.float16), b.astype(mx.float16))
+    def encode(self, x): return affine_encode(x, self.bits, self.group_size)
     def encode_into(self, other, old_k, old_v, pos, keys, values):
         """On CUDA, keys by this codec and values by `other` (an AffineCodec too, widths of `packing.AFFINE_PAIR_BITS`)
         quantized into copies of the storages at tokens pos .. pos + n - 1, every other token kept (`affine_into_pair`:

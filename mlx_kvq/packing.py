@@ -23,7 +23,7 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
            'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
            'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'into_writer',
-           'affine_into_pair', 'affine_into_writer', 'check_fused']
+           'affine_encode', 'affine_into_pair', 'affine_into_writer', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -1120,17 +1120,26 @@ def _qa_reference(old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     nk, nv = _qp_reference(xk, rk, ck, xv, rv, cv)
     return _grown_ref(old_k, nk, prev, cap), _grown_ref(old_v, nv, prev, cap)
 def _qa_class(old_k, old_v, prev, cap, *pair): return ("append", *_qp_class(*pair))
-def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
-    "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
-    if not (isinstance(out, tuple) and len(out) == 2): return f"returned {type(out).__name__} instead of two sides' parts"
-    n = xk.shape[-2]
+def _outside_rows(out, ref, pos, n):
+    """The reason a write's parts `out` (two sides' tuples) differ from the reference's outside rows pos .. pos + n - 1
+    (their number, shapes, dtypes, and every other row bit for bit), or None"""
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(o, tuple) and len(o) == len(r) for o, r in zip(out, ref))):
+        return f"returned {type(out).__name__} instead of two sides' parts"
     for o, r in zip(out, ref):
         for a, b in zip(o, r):
             if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
-            if not (mx.array_equal(a[..., :prev, :], b[..., :prev, :]) and mx.array_equal(a[..., prev + n:, :], b[..., prev + n:, :])).item():
-                return "disagrees with the held or spare tokens"
-    new = lambda side: tuple(x[..., prev:prev + n, :] for x in side)
-    return _agree_pair((new(out[0]), new(out[1])), (new(ref[0]), new(ref[1])), xk, rk, ck, xv, rv, cv)
+            if not (mx.array_equal(a[..., :pos, :], b[..., :pos, :]) and mx.array_equal(a[..., pos + n:, :], b[..., pos + n:, :])).item():
+                return "disagrees with the kept tokens"
+    return None
+
+def _rows(side, pos, n): return tuple(x[..., pos:pos + n, :] for x in side)
+
+def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
+    "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
+    n = xk.shape[-2]
+    why = _outside_rows(out, ref, prev, n)
+    if why is not None: return why
+    return _agree_pair((_rows(out[0], prev, n), _rows(out[1], prev, n)), (_rows(ref[0], prev, n), _rows(ref[1], prev, n)), xk, rk, ck, xv, rv, cv)
 
 APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28, bench/h200_20261128d) the 16K prefill was no faster with it (turbo:4 0.79-0.87x fp16 against 0.81-0.89x without, five pairs), the layer's GPU work the same
 _QAGUARDS = {}
@@ -1288,7 +1297,10 @@ _AI_COPY_CUDA = r"""
             for (int g = 0; g < NGR; ++g) { s@[(size_t)r * NGR + g] = os@[(size_t)r * NGR + g]; b@[(size_t)r * NGR + g] = ob@[(size_t)r * NGR + g]; }
         }
 """
-def _ai_side(src, x): return src.replace("@AQ@", _AFFINE_QUANT_CUDA).replace("@", x)
+def _ai_side(src, x):
+    "`src` for side `x` ('k' or 'v'): its template constants D@ / B@ / G@ upper case (DK, ...), its arrays lower case (xk, ...)"
+    X = x.upper()
+    return src.replace("@AQ@", _AFFINE_QUANT_CUDA).replace("D@", "D" + X).replace("B@", "B" + X).replace("G@", "G" + X).replace("@", x)
 _AI_CUDA = r"""
 #ifndef KVQ_QROUND
 #define KVQ_QROUND(x) roundf(x)
@@ -1304,14 +1316,14 @@ _AI_CUDA = r"""
         const bool isv = i >= per;
         const unsigned int r = isv ? i - per : i, t = r % (unsigned int)cap;
         if (t >= (unsigned int)pos && t < (unsigned int)(pos + n)) return;   // a quantize warp writes it
-        if (!isv) {""" + _ai_side(_AI_COPY_CUDA, "k") .replace("Dk", "DK").replace("Bk", "BK").replace("Gk", "GK") + r"""        } else {""" + _ai_side(_AI_COPY_CUDA, "v").replace("Dv", "DV").replace("Bv", "BV").replace("Gv", "GV") + r"""        }
+        if (!isv) {""" + _ai_side(_AI_COPY_CUDA, "k") + r"""        } else {""" + _ai_side(_AI_COPY_CUDA, "v") + r"""        }
         return;
     }
     const int pr = blockIdx.x * WARPS + warp;
     if (pr >= 2 * rows) return;
     if (pr < rows) {
-        const int row = pr;""" + _ai_side(_AI_SIDE_CUDA, "k").replace("Dk", "DK").replace("Bk", "BK").replace("Gk", "GK") + r"""    } else {
-        const int row = pr - rows;""" + _ai_side(_AI_SIDE_CUDA, "v").replace("Dv", "DV").replace("Bv", "BV").replace("Gv", "GV") + r"""    }
+        const int row = pr;""" + _ai_side(_AI_SIDE_CUDA, "k") + r"""    } else {
+        const int row = pr - rows;""" + _ai_side(_AI_SIDE_CUDA, "v") + r"""    }
 """
 
 _AIK = {}
@@ -1344,27 +1356,23 @@ def _fused_affine_into(old_k, old_v, pos, xk, k, xv, v):
     out = _affine_into_kernel()(inputs=[xk, xv, *old_k, *old_v, _ai_meta(rows, xk.shape[2], pos, cap, qb)], **launch)
     return tuple(out[:3]), tuple(out[3:])
 
-def _affine_encode(x, bits, gs):
-    "What `AffineCodec.encode` stores: `mx.quantize`'s words, its scales and biases as float16"
+def affine_encode(x, bits, gs):
+    "`mx.quantize`'s words of `x` and its scales and biases as float16: what `AffineCodec.encode` stores"
     w, s, b = mx.quantize(x, group_size=gs, bits=bits)
     return w, s.astype(mx.float16), b.astype(mx.float16)
 def _ai_reference(old_k, old_v, pos, xk, k, xv, v):
-    return _into_ref(old_k, _affine_encode(xk, *k), pos), _into_ref(old_v, _affine_encode(xv, *v), pos)
+    return _into_ref(old_k, affine_encode(xk, *k), pos), _into_ref(old_v, affine_encode(xv, *v), pos)
 def _ai_class(old_k, old_v, pos, xk, k, xv, v): return ("affine into", old_k[0].shape[-2], xk.shape[-1], xv.shape[-1], *k, *v, str(xk.dtype))
 
 def _ai_agree(out, ref, old_k, old_v, pos, xk, k, xv, v):
     """None if every kept row is the old storage's bit for bit and the new rows are `mx.quantize`'s (scales and biases
     equal; a code may differ by one step where the division lands on a rounding tie, at most one value in 1,000), else
     the reason"""
-    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(o, tuple) and len(o) == 3 for o in out)):
-        return f"returned {type(out).__name__} instead of two sides' (words, scales, biases)"
     n = xk.shape[-2]
+    why = _outside_rows(out, ref, pos, n)
+    if why is not None: return why
     for o, r, (bits, gs) in zip(out, ref, (k, v)):
-        for a, b in zip(o, r):
-            if a.shape != b.shape or a.dtype != b.dtype: return f"returned {a.shape} {a.dtype} instead of {b.shape} {b.dtype}"
-            if not (mx.array_equal(a[..., :pos, :], b[..., :pos, :]) and mx.array_equal(a[..., pos + n:, :], b[..., pos + n:, :])).item():
-                return "disagrees with the kept tokens"
-        new = [x[..., pos:pos + n, :] for x in o]; rnew = [x[..., pos:pos + n, :] for x in r]
+        new, rnew = _rows(o, pos, n), _rows(r, pos, n)
         if not (mx.array_equal(new[1], rnew[1]) and mx.array_equal(new[2], rnew[2])).item(): return "disagrees with mx.quantize's scales or biases"
         dq = lambda p: mx.dequantize(p[0], p[1].astype(mx.float32), p[2].astype(mx.float32), group_size=gs, bits=bits)
         step = mx.repeat(mx.abs(rnew[1].astype(mx.float32)), gs, axis=-1)
