@@ -1132,14 +1132,14 @@ def _outside_rows(out, ref, pos, n):
                 return "disagrees with the kept tokens"
     return None
 
-def _rows(side, pos, n): return tuple(x[..., pos:pos + n, :] for x in side)
+def _written_rows(side, pos, n): return tuple(x[..., pos:pos + n, :] for x in side)
 
 def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
     n = xk.shape[-2]
     why = _outside_rows(out, ref, prev, n)
     if why is not None: return why
-    return _agree_pair((_rows(out[0], prev, n), _rows(out[1], prev, n)), (_rows(ref[0], prev, n), _rows(ref[1], prev, n)), xk, rk, ck, xv, rv, cv)
+    return _agree_pair((_written_rows(out[0], prev, n), _written_rows(out[1], prev, n)), (_written_rows(ref[0], prev, n), _written_rows(ref[1], prev, n)), xk, rk, ck, xv, rv, cv)
 
 APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28, bench/h200_20261128d) the 16K prefill was no faster with it (turbo:4 0.79-0.87x fp16 against 0.81-0.89x without, five pairs), the layer's GPU work the same
 _QAGUARDS = {}
@@ -1372,7 +1372,7 @@ def _ai_agree(out, ref, old_k, old_v, pos, xk, k, xv, v):
     why = _outside_rows(out, ref, pos, n)
     if why is not None: return why
     for o, r, (bits, gs) in zip(out, ref, (k, v)):
-        new, rnew = _rows(o, pos, n), _rows(r, pos, n)
+        new, rnew = _written_rows(o, pos, n), _written_rows(r, pos, n)
         if not (mx.array_equal(new[1], rnew[1]) and mx.array_equal(new[2], rnew[2])).item(): return "disagrees with mx.quantize's scales or biases"
         dq = lambda p: mx.dequantize(p[0], p[1].astype(mx.float32), p[2].astype(mx.float32), group_size=gs, bits=bits)
         step = mx.repeat(mx.abs(rnew[1].astype(mx.float32)), gs, axis=-1)
