@@ -17,11 +17,12 @@ from mlx_lm.generate import generate_step
 from .integrate import make_prompt_cache, parse_scheme, probe_kv_shapes, bits_per_value
 from .dispatch import scaled_dot_product_attention
 from .models import load
+from .recipe import _is_embedded
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
 
 # %% auto #0
-__all__ = ['MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench', 'bench_table', 'bench_header', 'shape_args', 'shape_model',
-           'decode_bench', 'decode_table', 'run_bench']
+__all__ = ['CALIB_RANDOM', 'MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench_calibration', 'bench', 'bench_table',
+           'bench_header', 'shape_args', 'shape_model', 'decode_bench', 'decode_table', 'run_bench']
 
 # %% ../nbs/11b_bench.ipynb #40727240
 def _bench_scheme(text: str):
@@ -47,11 +48,32 @@ def _query_heads(model, n_kv):
         if isinstance(getattr(a, name, None), int): return getattr(a, name)
     return n_kv
 
-def bench_caches(model, scheme, *, group_size: int = 64) -> list:
-    "The model's caches for one bench scheme (`_bench_scheme` output): mlx_kvq's, or mlx-lm's `QuantizedKVCache` for plain layers."
+def bench_caches(model, scheme, *, group_size: int = 64, tokenizer=None, calib_tokens=None) -> list:
+    """The model's caches for one bench scheme (`_bench_scheme` output): mlx_kvq's, or mlx-lm's `QuantizedKVCache` for plain layers;
+    a planned scheme (`auto:B`) is planned on `calib_tokens` or the `tokenizer`'s calibration text (`bench_calibration`)"""
     if isinstance(scheme, tuple):
         return [QuantizedKVCache(group_size, scheme[1]) if type(c) is KVCache else c for c in lm_make_prompt_cache(model)]
-    return make_prompt_cache(model, scheme, group_size=group_size)
+    return make_prompt_cache(model, scheme, group_size=group_size, tokenizer=tokenizer, calib_tokens=calib_tokens)
+
+CALIB_RANDOM = 1024   # token ids an `auto:B` plan of a model without a tokenizer (random weights) is made from
+
+def _planned(scheme) -> bool:
+    "Whether a bench scheme string is planned on calibration text (`auto:B`)"
+    p = _bench_scheme(scheme)
+    return not isinstance(p, tuple) and getattr(parse_scheme(p), 'family', None) is not None
+
+def bench_calibration(model, schemes, tokenizer=None, seed: int = 0):
+    """(keyword arguments for `bench_caches`, a note for the header or None). A planned scheme (`auto:B`) needs calibration
+    text: the tokenizer's (the embedded Gemma has its own), else, for a model of random weights and no tokenizer,
+    `CALIB_RANDOM` seeded random token ids: its plan is then a speed measurement only (which codecs, not how good)"""
+    if tokenizer is not None or not any(_planned(s) for s in schemes): return dict(tokenizer=tokenizer), None
+    if _is_embedded(model): return {}, None
+    vocab = getattr(getattr(model, 'args', None), 'vocab_size', None)
+    if not isinstance(vocab, int) or vocab < 2:
+        raise CliError("auto:B needs calibration text: this model has no tokenizer and no vocab_size to draw token ids from")
+    ids = [int(t) for t in mx.random.randint(0, vocab, (CALIB_RANDOM,), key=mx.random.key(seed + 104729)).tolist()]
+    return dict(calib_tokens=ids), (f"auto:B planned on {CALIB_RANDOM:,} seeded random token ids (no tokenizer): its codecs measure "
+                                    "speed here, not quality")
 
 def _state_arrays(cache):
     return [v for _, v in tree_flatten(cache.state) if isinstance(v, mx.array)]
@@ -73,9 +95,11 @@ def _fill(cache, shape, context, dtype, seed, chunk=2048):
 # %% ../nbs/11b_bench.ipynb #497d2c79
 def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contexts=(256, 1024), *, model=None,
           n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, dtype=None, group_size: int = 64,
-          calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None) -> list[dict]:
+          calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None,
+          tokenizer=None, calib_tokens=None) -> list[dict]:
     """Decode attention latency (ms per decode step, median) and cache bytes for each scheme and context, on one
-    attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts"""
+    attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts. A planned scheme
+    (`auto:B`) is planned on `calib_tokens`, else as `bench_calibration` says"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]               # bad schemes fail before anything is allocated
     for c in contexts:
         if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
@@ -87,6 +111,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
     layers = [(int(p), shp[:3]) for p, (_, shp) in shapes.items() if shp is not None and p.isdigit()]
     if not layers: raise CliError("the model has no plain key/value cache layers to benchmark")
     hq = n_heads if model is None else _query_heads(subject, layers[0][1][0])
+    calib = dict(calib_tokens=calib_tokens) if calib_tokens is not None else bench_calibration(subject, schemes, tokenizer, seed)[0]
     parsed.sort(key=lambda p: p[1] != "fp16")                      # fp16 first: the reference of the other rows
     rows, reference = [], {}
     for context in contexts:
@@ -96,13 +121,13 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
         mx.eval(qs)
         fp16_ms = fp16_bytes = None
         for name, scheme in parsed:
-            one = bench_caches(subject, scheme, group_size=group_size)
+            one = bench_caches(subject, scheme, group_size=group_size, **calib)
             filled = [(one[i], _fill(one[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers]
             nbytes = sum(int(c.nbytes) for c, _ in filled)
             copies = max(1, min(calls, math.ceil(rotate_mib * 2**20 / max(nbytes, 1))))
             sets = [filled]
             for _ in range(copies - 1):
-                more = bench_caches(subject, scheme, group_size=group_size)
+                more = bench_caches(subject, scheme, group_size=group_size, **calib)
                 sets.append([(more[i], _fill(more[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers])
             def step(j, cs):  # stop_gradient: a fresh handle, as mlx-lm's quantized SDPA scales its queries in place
                 return [scaled_dot_product_attention(mx.stop_gradient(qs[j][n]), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None)
@@ -190,14 +215,15 @@ def shape_model(name: str, dtype=mx.float16, seed: int = 0):
     return model
 
 def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(1024,), *, steps: int = 32, warmup: int = 3,
-                 dtype=None, group_size: int = 64, seed: int = 0, rounds: int = 1, progress=None) -> list[dict]:
+                 dtype=None, group_size: int = 64, seed: int = 0, rounds: int = 1, progress=None, tokenizer=None,
+                 calib_tokens=None) -> list[dict]:
     """Greedy decode tokens/s of `model` with every cache layer filled to each context, per scheme, with fp16 first as the
     reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value). With `rounds` > 1 every
     scheme's caches of a context are filled once and kept, and each round times every scheme in turn (the order reversed
     every other round, the caches trimmed back to the context after each run, or refilled where they cannot be trimmed):
     a row's tokens/s is the median over the rounds and `vs_fp16` the median of each round's ratio to that round's fp16
     (`vs_fp16_min` / `vs_fp16_max` their range), so that a drift of the host's speed during the run does not land on one
-    scheme"""
+    scheme. A planned scheme (`auto:B`) is planned on `calib_tokens`, else as `bench_calibration` says"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]
     if steps < 1: raise CliError(f"--steps must be 1 or more, got {steps}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1: raise CliError(f"--rounds must be 1 or more, got {rounds!r}")
@@ -206,8 +232,9 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
     if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     shapes = probe_kv_shapes(model) or {}
     parsed.sort(key=lambda p: p[1] != "fp16")
+    calib = dict(calib_tokens=calib_tokens) if calib_tokens is not None else bench_calibration(model, schemes, tokenizer, seed)[0]
     def filled(scheme, context):
-        caches = bench_caches(model, scheme, group_size=group_size)
+        caches = bench_caches(model, scheme, group_size=group_size, **calib)
         for i, c in enumerate(caches):
             got = shapes.get(str(i))
             if got is None or got[1] is None:
@@ -314,17 +341,23 @@ def run_bench(args) -> int:
         raise CliError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     dtype = None if args.dtype == "auto" else getattr(mx, args.dtype)
     if args.whole_model is not None: return _run_whole_model(args, dtype)
-    model = None
+    model, tokenizer = None, None
     if args.model is not None:
-        model, _ = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
+        model, tokenizer = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
     kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
               repeats=args.repeats)
     header = bench_header(model=args.model, **kw)
+    calib, note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim) if model is None else model, args.kv, tokenizer, args.seed)
+    if note: header += f"; {note}"
     print(header, flush=True)
     rows = bench(args.kv, args.context, model=model, group_size=args.kv_group_size, warmup=args.warmup,
-                 rotate_mib=args.rotate_mib, seed=args.seed, progress=lambda r: print(
+                 rotate_mib=args.rotate_mib, seed=args.seed, calib_tokens=calib.get('calib_tokens'), tokenizer=tokenizer, progress=lambda r: print(
                      f"  {r['context']:>7,} {r['scheme']:<12} {r['ms']:.3f} ms", file=sys.stderr, flush=True), **kw)
     print(bench_table(rows))
+    if any(_planned(s) for s in args.kv):
+        print("\nThe rel. error of a planned (auto:B) row is against this benchmark's random keys, values and queries, which its "
+              "calibrated codecs (per-channel centring and scales fitted to the model's own) were not made for: `mlx-kvq eval` "
+              "measures their quality.")
     if args.json:
         with open(args.json, "w") as f: json.dump(dict(header=header, rows=rows), f, indent=1)
     return 0
@@ -335,15 +368,18 @@ def _run_whole_model(args, dtype) -> int:
     if wm not in MODEL_SHAPES and wm != "embedded" and not os.path.isdir(wm):
         raise CliError(f"--whole-model {wm!r}: use one of {', '.join(MODEL_SHAPES)}, 'embedded', or a local mlx-lm model directory")
     run_dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
-    model = shape_model(wm, run_dtype, args.seed) if wm in MODEL_SHAPES else load(None if wm == "embedded" else wm, dtype=run_dtype)[0]
+    model, tokenizer = (shape_model(wm, run_dtype, args.seed), None) if wm in MODEL_SHAPES else load(None if wm == "embedded" else wm, dtype=run_dtype)
+    calib, note = bench_calibration(model, args.kv, tokenizer, args.seed)
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
     header = (f"whole-model greedy decode, {wm}{' (random weights)' if wm in MODEL_SHAPES else ''}, {str(run_dtype).split('.')[-1]}; "
               f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, MLX {mx.__version__} "
               f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; {args.steps} steps after {args.warmup} warm-up"
-              f"{f', {args.rounds} rounds (medians)' if args.rounds > 1 else ''}, mlx-lm generate_step; {datetime.date.today().isoformat()}")
+              f"{f', {args.rounds} rounds (medians)' if args.rounds > 1 else ''}, mlx-lm generate_step; {datetime.date.today().isoformat()}"
+              f"{f'; {note}' if note else ''}")
     print(header, flush=True)
     rows = decode_bench(model, args.kv, args.context, steps=args.steps, warmup=args.warmup, dtype=run_dtype,
-                        group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, progress=lambda r: print(
+                        group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, tokenizer=tokenizer,
+                        calib_tokens=calib.get('calib_tokens'), progress=lambda r: print(
                             f"  {r['context']:>7,} {r['scheme']:<12} {r['tokens_per_s']:.1f} tok/s", file=sys.stderr, flush=True))
     print(decode_table(rows))
     if args.json:
