@@ -8,14 +8,14 @@ Per scheme two cache sets beside fp16's: every layer compressed (what `make_prom
 filled once to `--context` tokens (the rings hold their window) and timed in alternating rounds (mlx-lm `generate_step`,
 pipelined), refilled between rounds where they cannot be trimmed. Prints tokens/s, the median of each round's ratio to
 that round's fp16, the caches' bytes, and with `--profile N` the host's own time per function over N steps (cProfile).
-`--noring` adds, per scheme, the same caches run with `packing.RING = packing.AFFINE_RING = False` (a ring's decode token written by the pair
+`auto:B` is planned on seeded random token ids (`mlx_kvq.bench.bench_calibration`). `--noring` adds, per scheme, the same caches run with `packing.RING = packing.AFFINE_RING = False` (a ring's decode token written by the pair
 kernel and slice updates instead of one `quantize_into_pair` launch), alternating with the others."""
 import argparse, cProfile, io, pstats, statistics, time
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import RotatingKVCache
 from mlx_kvq import make_prompt_cache
-from mlx_kvq.bench import shape_model, _fill
+from mlx_kvq.bench import shape_model, _fill, bench_calibration
 from mlx_kvq.integrate import probe_kv_shapes
 from mlx_kvq.kvsplit import QuantizedRotatingKVCache
 from mlx_kvq import packing as P
@@ -29,11 +29,12 @@ a = ap.parse_args()
 dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
 model = shape_model(a.shape, dtype)
 shapes = probe_kv_shapes(model)
-print(f"# {a.shape} (random weights, {dtype}), {mx.default_device()}, MLX {mx.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+calib, note = bench_calibration(model, a.kv)     # auto:B: planned on seeded random token ids (random weights, no tokenizer)
+print(f"# {a.shape} (random weights, {dtype}), {mx.default_device()}, MLX {mx.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}{f'; {note}' if note else ''}", flush=True)
 
 def caches_of(name):
     scheme, _, only = name.removesuffix(' noring').partition('/')
-    cs = make_prompt_cache(model, kv=scheme)
+    cs = make_prompt_cache(model, kv=scheme, **calib)
     if only == 'global':
         cs = [RotatingKVCache(max_size=c.max_size, keep=c.keep) if isinstance(c, QuantizedRotatingKVCache) else c for c in cs]
     return cs

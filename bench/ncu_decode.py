@@ -6,7 +6,9 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
         --section MemoryWorkloadAnalysis --section InstructionStats python3 bench/ncu_decode.py turbo:4 131072
     ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
 
-32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape). Arguments after N set kernel knobs of
+32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape; `--gemma`: 4 query / 1 KV head, head dim 256, the
+embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
+(per-channel mean and scale, an outlier band of dim / 8 channels at one bit more). Arguments after N set kernel knobs of
 `attention_kernels` (e.g. `LEAN=False PCH=2`); `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
 on purpose) past the first-use check so that its duration can be measured.
 """
@@ -19,13 +21,13 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 
-argv = [a for a in sys.argv[1:] if a != '--unchecked']
+argv = [a for a in sys.argv[1:] if a not in ('--unchecked', '--gemma')]
 scheme, n = argv[0], int(argv[1])
 from knobs import apply_knobs; apply_knobs(argv[2:])   # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
 if '--unchecked' in sys.argv:   # diagnostics only (`_DIAG`): the first-use check accepts a kernel whatever it returns, so a wrong-on-purpose variant runs
     from mlx_kvq import attention as A
     A._agree_final = lambda *a: None
-B, Hkv, G, D = 1, 8, 4, 128
+B, Hkv, G, D = (1, 1, 4, 256) if '--gemma' in sys.argv else (1, 8, 4, 128)
 dt = mx.float16
 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)
 if scheme == "fp16":
@@ -34,7 +36,16 @@ if scheme == "fp16":
 else:
     bits = [int(b) for b in scheme.split(":")[1].split(",")]
     kb, vb = bits[0], bits[-1]
-    c = TurboQuantKVCache(kb, vb) if scheme.startswith("turbo") else CodecKVCache(AffineCodec(kb), AffineCodec(vb))
+    if scheme.startswith("cal"):
+        import numpy as np
+        from mlx_kvq.calibrated import CalibratedTurboCodec
+        rng = np.random.default_rng(0)
+        def cal(b, seed):
+            return CalibratedTurboCodec(b, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3,
+                                        scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
+        c = CodecKVCache(cal(kb, 0), cal(vb, 1))
+    else: c = TurboQuantKVCache(kb, vb) if scheme.startswith("turbo") else CodecKVCache(AffineCodec(kb), AffineCodec(vb))
     for s in range(0, n - 1, 8192):
         m = min(8192, n - 1 - s)
         c.update_and_fetch(mx.random.normal((B, Hkv, m, D)).astype(dt), mx.random.normal((B, Hkv, m, D)).astype(dt))
