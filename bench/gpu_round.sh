@@ -298,10 +298,10 @@ case $part in
            timeout ${LIMIT:-150} python3 bench/gemma_layers.py --kv turbo:4 --rounds ${ROUNDS:-4} > "$O/model.log" 2>&1; grep -E "^\\||^round" "$O/model.log"; grep -c "using the reference" "$O/steps.log" "$O/model.log" ;;
   autogemma) timeout ${LIMIT:-330} python3 bench/gemma_layers.py --kv auto:5 turbo:4 --rounds ${ROUNDS:-8} --profile ${PROF:-16} > "$O/gemma.log" 2>&1; grep -E "^\\||^round|^#" "$O/gemma.log"   # auto:5 (planned on random token ids) on Gemma-3-1B's shape against turbo:4 and fp16, every layer and only the global ones, with host cProfiles; then one attention call of Gemma's shape
              timeout ${BLIM:-200} python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer.log" 2>&1; grep -E "^\\||^model|^one" "$O/layer.log"; grep -c "using the reference" "$O"/*.log ;;
-  calncu) for ctx in 131072 32768; do for sk in "fp16 (?i)sdpa" "turbo:4 mlx_kvq_decode_" "cal:5,4 mlx_kvq_decode_" "cal:5,4 mlx_kvq_decode_ LEAN_ANY=True" "cal:4,4 mlx_kvq_decode_" "cal:4,4 mlx_kvq_decode_ LEAN_ANY=True"; do   # Gemma's shape (4 / 1 heads, d256): the decode kernel of auto:B's codec kinds against turbo:4's and fp16 SDPA's (Nsight Compute, two launches each)
+  calncu) for ctx in ${CTXS:-131072 32768}; do for sk in "fp16 (?i)sdpa" "turbo:4 mlx_kvq_decode_" "cal:5,4 mlx_kvq_decode_" "cal:5,4 mlx_kvq_decode_ LEAN_ANY=True" "cal:4,4 mlx_kvq_decode_" "cal:4,4 mlx_kvq_decode_ LEAN_ANY=True"; do   # Gemma's shape (4 / 1 heads, d256): the decode kernel of auto:B's codec kinds against turbo:4's and fp16 SDPA's (Nsight Compute, two launches each)
             set -- $sk; d=$(timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$2" --launch-skip 4 --launch-count 2 \
-              --section SpeedOfLight python3 bench/ncu_decode.py $1 $ctx --gemma $3 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-            echo "gemma $1 $ctx $3: duration us $d" | tee -a "$O/calncu.txt"; done; done ;;
+              --section SpeedOfLight python3 bench/ncu_decode.py $1 $ctx --gemma ${3:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+            echo "gemma $1 $ctx ${3:-}: duration us $d" | tee -a "$O/calncu.txt"; done; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
