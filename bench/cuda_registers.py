@@ -110,9 +110,9 @@ def compile_qmap(D, KDP, arch='sm_90'):
     "`compile_ptxas` of the query kernel of 'dense' plans (half-precision queries in)"
     return compile_ptxas('q', wrap('q', AK._qmap_source('cuda', D, KDP), [('q', '__half'), ('qmap', 'float'), ('qsc', 'float')], [('qp', 'float')]), arch)
 
-def compile_combine(finish, Dv=None, arch='sm_90'):
-    "`compile_ptxas` of the combine kernel with a finish ('plain' / 'rot' / 'dense'; None: the partial combine)"
-    src = ('using T = __half;\n' if finish else '') + AK._combine_source('cuda', finish, Dv)
+def compile_combine(finish, Dv=None, arch='sm_90', VDP=None):
+    "`compile_ptxas` of the combine kernel with a finish ('plain' / 'rot' / 'dense' with Dv and VDP; None: the partial combine)"
+    src = ('using T = __half;\n' if finish else '') + AK._combine_source('cuda', finish, Dv, VDP)
     ins = [('o', 'float'), ('ml', 'float'), ('meta', 'int32_t')] + [(n, 'float') for n in _fold_inputs(finish)]
     return compile_ptxas('c', wrap('c', src, ins, [('out', '__half' if finish else 'float'), ('mlo', 'float')]), arch)
 

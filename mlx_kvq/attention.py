@@ -407,10 +407,10 @@ def _fold_inputs(finish):
     "The inputs a finish adds to the kernel that finishes the attention (the combine or the folded decode kernel)"
     return {'rot': ['vsc', 'vsg'], 'dense': ['vmap', 'vmean']}.get(finish, [])
 
-def _get_combine(backend, finish, Dv=None):
-    key = ('combine', backend, finish, Dv, _AK.CONLINE, _AK.CU, _AK.SMAX)   # what the source depends on
+def _get_combine(backend, finish, Dv=None, VDP=None):
+    key = ('combine', backend, finish, Dv, VDP, _AK.CONLINE, _AK.CU, _AK.SMAX, _AK.CSPLIT)   # what the source depends on
     if key not in _KERNELS:
-        src = _combine_source(backend, finish, Dv)
+        src = _combine_source(backend, finish, Dv, VDP)
         ins = ['o', 'ml', 'meta'] + _fold_inputs(finish)
         name = f'mlx_kvq_decode_combine_{finish or "partial"}_' + hashlib.sha1(src.encode()).hexdigest()[:12]   # MLX caches compiled modules by name
         _KERNELS[key] = make_kernel(backend, name, ins, ['out', 'mlo'], src)
@@ -677,7 +677,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     VDP = 32 * sum(_side_layout(vplan)[0])
     Dv = sum(b.n for b in vplan.bands) if fin == 'dense' else VDP      # the output's width
-    comb, ct = _get_combine(backend, fin, Dv if fin == 'dense' else None), _combine_threads(VDP)
+    comb, ct = _get_combine(backend, fin, *((Dv, VDP) if fin == 'dense' else ())), _combine_threads(VDP)
     extra = [_scalar(1.0 / math.sqrt(VDP)), _signs(vplan)] if fin == 'rot' else list(_kernel_maps(vplan, Dv)[1:]) if fin == 'dense' else []
     if kdense:
         KDP = 32 * sum(_side_layout(kplan)[0]); pt = _qmap_threads(KDP)

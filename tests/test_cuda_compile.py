@@ -78,10 +78,16 @@ def test_a_missing_macro_fails_to_compile(monkeypatch):
     with pytest.raises(RuntimeError, match='KVQ_GX'):
         CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True)
 
-@pytest.mark.parametrize('finish', [None, 'plain', 'rot', 'dense'])
+@pytest.mark.parametrize('finish', [None, 'plain', 'rot', 'dense', 'dense288'])
 def test_combine_kernel_compiles(finish):
-    regs, spill, smem = CR.compile_combine(finish, 256 if finish == 'dense' else None)
+    "Every finish; 'dense' per VDP (256: one band; 288: Gemma's two bands padded, 3 thread groups)"
+    dense = finish.startswith('dense') if finish else False
+    regs, spill, smem = CR.compile_combine('dense' if dense else finish, 256 if dense else None,
+                                           VDP=(288 if finish == 'dense288' else 256) if dense else None)
     assert 0 < regs <= 255 and spill == 0 and 0 < smem <= 48 * 1024
+
+def test_dense_combine_needs_its_width():
+    with pytest.raises(ValueError, match='per VDP'): AK._combine_source('cuda', 'dense', 256)
 
 def test_query_kernel_compiles():
     "The query kernel of 'dense' plans (Gemma's head dim, two bands padded to 288 prepared coordinates)"
