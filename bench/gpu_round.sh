@@ -302,10 +302,12 @@ case $part in
             set -- $sk; d=$(timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$2" --launch-skip 4 --launch-count 2 \
               --section SpeedOfLight python3 bench/ncu_decode.py $1 $ctx --gemma ${3:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
             echo "gemma $1 $ctx ${3:-}: duration us $d" | tee -a "$O/calncu.txt"; done; done ;;
-  calkern) for ctx in ${CTXS:-131072 32768}; do for sk in "turbo:4" "cal:5,4" "cal:5,4 LEAN_ANY=True" "cal:4,4"; do   # Gemma's shape: every kernel of one decode call (query map, decode, combine) by name and duration (Nsight Compute, launches 7-12), then any fallback to the reference
-            set -- $sk; timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
-              --section SpeedOfLight python3 bench/ncu_decode.py $1 $ctx --gemma ${2:-} > "$O/ncu_$1_$ctx${2:+_$2}.txt" 2>&1
-            grep -E "^  mlx_kvq_|^    Duration|reference" "$O/ncu_$1_$ctx${2:+_$2}.txt" | sed -E 's/ \(.*Device 0.*//; s/ +/ /g' | paste -sd' ' | sed "s/^/gemma $1 $ctx ${2:-}: /" | tee -a "$O/calkern.txt"; done; done ;;
+  calkern) [ -n "${KSETS:-}" ] && IFS=';' read -ra SETS <<< "$KSETS" || SETS=("turbo:4" "cal:5,4" "cal:5,4 LEAN_ANY=True" "cal:4,4")   # KSETS: scheme and knobs, sets split by ';'
+           for ctx in ${CTXS:-131072 32768}; do for sk in "${SETS[@]}"; do   # Gemma's shape: every kernel of one decode call (query map, decode, combine) by duration (Nsight Compute, launches 7-12), and any fallback to the reference
+            set -- $sk; sc=$1; shift; kn="$*"; f="$O/ncu_$(echo "${sc}_${ctx}_$kn" | tr -c 'A-Za-z0-9_\n' '_').txt"
+            timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
+              --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx --gemma $kn > "$f" 2>&1
+            grep -E "^    Duration|reference" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/gemma $sc $ctx $kn: /" | tee -a "$O/calkern.txt"; done; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
