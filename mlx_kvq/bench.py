@@ -347,11 +347,11 @@ def run_bench(args) -> int:
     kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
               repeats=args.repeats)
     header = bench_header(model=args.model, **kw)
-    calib, note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim) if model is None else model, args.kv, tokenizer, args.seed)
+    note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim) if model is None else model, args.kv, tokenizer, args.seed)[1]
     if note: header += f"; {note}"
     print(header, flush=True)
     rows = bench(args.kv, args.context, model=model, group_size=args.kv_group_size, warmup=args.warmup,
-                 rotate_mib=args.rotate_mib, seed=args.seed, calib_tokens=calib.get('calib_tokens'), tokenizer=tokenizer, progress=lambda r: print(
+                 rotate_mib=args.rotate_mib, seed=args.seed, tokenizer=tokenizer, progress=lambda r: print(
                      f"  {r['context']:>7,} {r['scheme']:<12} {r['ms']:.3f} ms", file=sys.stderr, flush=True), **kw)
     print(bench_table(rows))
     if any(_planned(s) for s in args.kv):
@@ -369,7 +369,7 @@ def _run_whole_model(args, dtype) -> int:
         raise CliError(f"--whole-model {wm!r}: use one of {', '.join(MODEL_SHAPES)}, 'embedded', or a local mlx-lm model directory")
     run_dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
     model, tokenizer = (shape_model(wm, run_dtype, args.seed), None) if wm in MODEL_SHAPES else load(None if wm == "embedded" else wm, dtype=run_dtype)
-    calib, note = bench_calibration(model, args.kv, tokenizer, args.seed)
+    note = bench_calibration(model, args.kv, tokenizer, args.seed)[1]   # the same plan decode_bench makes
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
     header = (f"whole-model greedy decode, {wm}{' (random weights)' if wm in MODEL_SHAPES else ''}, {str(run_dtype).split('.')[-1]}; "
               f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, MLX {mx.__version__} "
@@ -378,8 +378,7 @@ def _run_whole_model(args, dtype) -> int:
               f"{f'; {note}' if note else ''}")
     print(header, flush=True)
     rows = decode_bench(model, args.kv, args.context, steps=args.steps, warmup=args.warmup, dtype=run_dtype,
-                        group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, tokenizer=tokenizer,
-                        calib_tokens=calib.get('calib_tokens'), progress=lambda r: print(
+                        group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, tokenizer=tokenizer, progress=lambda r: print(
                             f"  {r['context']:>7,} {r['scheme']:<12} {r['tokens_per_s']:.1f} tok/s", file=sys.stderr, flush=True))
     print(decode_table(rows))
     if args.json:

@@ -21,7 +21,7 @@ __all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'Calibrat
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
 from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel, kernel_backend
-from .packing import _into_ref, _outside_rows, _written_rows   # a ring write's reference and its kept-rows check, shared with packing's ring writes
+from .packing import _into_ref, _outside_rows, _written_pair   # a ring write's reference and its kept-rows check, shared with packing's ring writes
 
 def packed_bytes(n, bits): return 4 * packed_words(n, bits)
 
@@ -413,7 +413,7 @@ def _cal_into_agree(out, ref, kc, old_k, old_v, pos, xk, vc, xv):
     n = xk.shape[-2]
     why = _outside_rows(out, ref, pos, n)
     if why is not None: return why
-    return _cal_agree((_written_rows(out[0], pos, n), _written_rows(out[1], pos, n)), (_written_rows(ref[0], pos, n), _written_rows(ref[1], pos, n)), kc, xk, vc, xv)
+    return _cal_agree(_written_pair(out, pos, n), _written_pair(ref, pos, n), kc, xk, vc, xv)
 
 _CALIGUARD = {}
 def calibrated_into_pair(kc, old_k, old_v, pos, keys, vc, values):
@@ -445,7 +445,6 @@ def calibrated_into_writer(kc, old_k, old_v, keys, vc, values):
     if not _CALREADY.get(_cal_into_class(kc, old_k, old_v, 0, keys, vc, values)): return None
     kern, (ck, cv), (rows, n, _, _, qb), launch, _ = _cal_launch(kc, keys, vc, values, (cap, 0))
     def write(ok, ov, pos, xk, xv): return kern(inputs=[xk, xv, ck, cv, _cal_meta(rows, n, pos, cap, qb), *ok, *ov], **launch)
-    write.keep = (kc, vc)
     return write
 
 def _cal_encode_into(self, other, old_k, old_v, pos, keys, values):

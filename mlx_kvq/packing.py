@@ -1133,13 +1133,14 @@ def _outside_rows(out, ref, pos, n):
     return None
 
 def _written_rows(side, pos, n): return tuple(x[..., pos:pos + n, :] for x in side)
+def _written_pair(out, pos, n): return tuple(_written_rows(side, pos, n) for side in out)
 
 def _qa_agree(out, ref, old_k, old_v, prev, cap, xk, rk, ck, xv, rv, cv):
     "The held and spare rows exactly the reference's, the new rows as the pair kernel's check takes them (ties at boundaries)"
     n = xk.shape[-2]
     why = _outside_rows(out, ref, prev, n)
     if why is not None: return why
-    return _agree_pair((_written_rows(out[0], prev, n), _written_rows(out[1], prev, n)), (_written_rows(ref[0], prev, n), _written_rows(ref[1], prev, n)), xk, rk, ck, xv, rv, cv)
+    return _agree_pair(_written_pair(out, prev, n), _written_pair(ref, prev, n), xk, rk, ck, xv, rv, cv)
 
 APPEND = False  # CUDA: a turbo pair update that grows the storages quantized straight into them (one launch instead of the pair kernel and four concatenations); off: on an H200 (2026-11-28, bench/h200_20261128d) the 16K prefill was no faster with it (turbo:4 0.79-0.87x fp16 against 0.81-0.89x without, five pairs), the layer's GPU work the same
 _QAGUARDS = {}
