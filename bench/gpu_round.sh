@@ -57,6 +57,8 @@
 #       defermodel (bench/stage_served.py --written --baseline .kvq_base: whole model, fp16 / turbo:4 (token written by the kernel) / turbo:4 written at update / .kvq_base's turbo:4, 3 rounds)
 #       astage (affine caches stage too: check_staged_cuda with its affine cases (codes bit-equal to mx.quantize's), decode steps of affine:4 / affine:8,4 / turbo:4 through the caches)
 #       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
+#       fgcheck (the fold's merge in two levels: check_fused_cuda's check section, decode steps and the staged-token kernels in parallel, cut at LIMIT s)
+#       calkern: NCUSHAPE= (empty) measures the issue's one-layer shape instead of Gemma's
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -306,8 +308,13 @@ case $part in
            for ctx in ${CTXS:-131072 32768}; do for sk in "${SETS[@]}"; do   # Gemma's shape: every kernel of one decode call (query map, decode, combine) by duration (Nsight Compute, launches 7-12), and any fallback to the reference
             set -- $sk; sc=$1; shift; kn="$*"; f="$O/ncu_$(echo "${sc}_${ctx}_$kn" | tr -c 'A-Za-z0-9_\n' '_').txt"
             timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
-              --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx --gemma $kn > "$f" 2>&1
-            grep -E "^    Duration|reference" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/gemma $sc $ctx $kn: /" | tee -a "$O/calkern.txt"; done; done ;;
+              --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx ${NCUSHAPE---gemma} $kn > "$f" 2>&1
+            grep -E "^    Duration|reference" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/${NCUSHAPE-gemma} $sc $ctx $kn: /" | tee -a "$O/calkern.txt"; done; done ;;
+  fgcheck) mkdir -p "$O/check" "$O/steps" "$O/staged"   # the two-level fold (FGS): every decode configuration vs the reference, decode steps through the caches and the staged-token kernels, in parallel (their time is mostly NVRTC compiling)
+         timeout ${LIMIT:-420} python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout ${LIMIT:-420} python3 bench/check_staged_cuda.py --out "$O/staged" > "$O/staged/run.log" 2>&1 &
+         timeout ${LIMIT:-420} python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"; tail -3 "$O/staged/run.log" | cut -c1-300 ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -702,7 +702,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
     kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
-    cnt = [mx.zeros((_AK._ncp(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
+    cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
     FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
     FODTW = FODT + [queries.dtype]

@@ -11,10 +11,10 @@ import re
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'MMA', 'TPK', 'TPV', 'PCH',
-           'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM',
-           'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC',
-           'LEAN_ANY', 'scratch_floats', 'dynamic_shared_bytes']
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE',
+           'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC',
+           'LEAN_ANY', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -271,24 +271,35 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     return _scratch_source(G, VDP, carry) + src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
 
 def scratch_floats(R, SP, G, VDP):
-    "Floats of a folded call's one scratch output (`_scratch_source`): the row counters (a multiple of 4), then the partial outputs and their (max, sum)"
-    return _ncp(R) + R * SP * G * (VDP + 2)
+    "Floats of a folded call's one scratch output (`_scratch_source`): the counters (a multiple of 4), then the partial outputs, the merge groups' outputs, and both's (max, sum)"
+    return _fold_counters(R) + R * G * (SP + _fold_groups()) * (VDP + 2)
 
 def _ncp(R): return -(-max(R, 4) // 4) * 4
 
+def _fold_groups(): return -(-FOLD // FGS)
+
+def _fold_counters(R):
+    "Ints at the start of a folded call's scratch: per row its counter of merged groups, then one counter per merge group (`_fold_source`), a multiple of 4"
+    return _ncp(R * (1 + _fold_groups()))
+
 def _scratch_source(G, VDP, carry):
-    """Source at the start of a folded decode kernel: its partial outputs `o`, their softmax statistics `ml` and the row
-    counters `cnext` the next call starts from are pointers into its one scratch output `scr` (counters first, 4-aligned
-    so that `o`'s float4 loads stay aligned; the next call's `cnt` is this call's `scr`, its counters at the start
-    whatever its chunk count). One output instead of three: each output of a custom kernel costs the host about 3.3 us
-    a call, an input about 0.3 (`bench/h200_20261129b/hostinputs/`). R = meta[6] / G rows; the partials per row are
-    meta[1] chunks, or the grid's blocks under BMERGE (`carry`)"""
+    """Source at the start of a folded decode kernel: its partial outputs `o`, the merge groups' outputs `go`, their softmax
+    statistics `ml` and `gml`, and the counters `cnext` the next call starts from are pointers into its one scratch output
+    `scr` (counters first, 4-aligned so that `o`'s and `go`'s float4 loads stay aligned; the next call's `cnt` is this
+    call's `scr`, its counters at the start whatever its chunk count). One output instead of several: each output of a
+    custom kernel costs the host about 3.3 us a call, an input about 0.3 (`bench/h200_20261129b/hostinputs/`). R = meta[6]
+    / G rows, each with 1 + NGM counters (`_fold_counters`); the partials per row are meta[1] chunks, or the grid's blocks
+    under BMERGE (`carry`); NGM merge groups' outputs per row"""
+    sp = 'KVQ_GX' if carry else 'meta[1]'
     return f"""#ifndef KVQ_GX
 #define KVQ_GX ((int)gridDim.x)
 #endif
+    constexpr int NGM = {_fold_groups()}, FGS = {FGS};
     int* const cnext = reinterpret_cast<int*>(scr);
-    float* const o = scr + (((meta[6] / {G} > 4 ? meta[6] / {G} : 4) + 3) & ~3);
-    float* const ml = o + (long)meta[6] * {'KVQ_GX' if carry else 'meta[1]'} * {VDP};
+    float* const o = scr + ((((meta[6] / {G}) * (1 + NGM) > 4 ? (meta[6] / {G}) * (1 + NGM) : 4) + 3) & ~3);
+    float* const go = o + (long)meta[6] * {sp} * {VDP};
+    float* const ml = go + (long)meta[6] * NGM * {VDP};
+    float* const gml = ml + (long)meta[6] * {sp} * 2;
 """
 
 def _simt_source(kplan, vplan, G, backend, qprep=None):
@@ -532,7 +543,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS)
 
 def _kernel_header(backend):
     "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -554,7 +565,8 @@ def _chunk(n, R, G):
     return int(max(64, min(ch, _chmax(G))))
 
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
-FOLD = 128               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (the last block of each row merges its chunks: one launch per call instead of two); 0: always the combine kernel
+FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
+FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials)
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
@@ -576,9 +588,9 @@ def _tail_floats(G, VDP, tail):
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
-    merge's weights and outputs fit the score buffer (with staged tokens, `tail` = (key dim, stage capacity, ...), the
+    final merge's weights (one per merge group) and outputs fit the score buffer (with staged tokens, `tail` = (key dim, stage capacity, ...), the
     staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
-    return S <= FOLD and G * (S + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
+    return S <= FOLD and G * (_fold_groups() + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
 def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; per side a turbo codec with one
@@ -707,54 +719,102 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
 
 def _fold_source(VDP, finish, Dv=None, tail=None):
     """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain', 'rot' or
-    'dense' with the output's width `Dv`, as the combine kernel's). Every block, once its chunks' partials are stored, makes them visible (`__threadfence`) and
-    counts itself done on its row's counter `cnt[r]` (zero when the kernel starts); the block that finds every other
-    block of the row done merges the row's S chunks for its G heads, as the combine kernel does: a warp per head finds the
-    chunks' max and weights (in the score buffer `sc`, free after the loops) and the sum, each thread merges outputs
-    (head, coordinate) over the chunks (loads through L2, `__ldcg`: other SMs wrote them), the result divided by the sum,
+    'dense' with the output's width `Dv`, as the combine kernel's), merging the row's partials in two levels so that no
+    block merges many: the blocks of a row form groups of FGS (`kvq_grp` = block / FGS). Every block, once its chunks'
+    partials are stored, makes them visible (`__threadfence`) and counts itself done on its group's counter; the last
+    block of a group merges the group's partials (its blocks' chunks) into one (max, sum, unnormalized output) in `go`,
+    `gml` (each thread 4 coordinates of one head, the group's FGS loads in flight at once, through L2: `__ldcg`, other
+    SMs wrote them), makes it visible and counts the group done on the row's counter; the last group's merger merges the
+    row's groups for its G heads: a warp per head finds the groups' max and weights (in the score buffer `sc`, free after
+    the loops) and the sum, each thread merges outputs (head, coordinate) over the groups, the result divided by the sum,
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
-    output map for 'dense', and cast to the model's dtype. `cnt` is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a counter
-    run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key dim,
-    stage capacity, key spec, value spec, write): the staged tokens, quantized in the kernel, merged in before the finish (`_tail_source`)."""
+    output map for 'dense', and cast to the model's dtype. `cnt` (the counters, `_fold_counters`: per row the groups'
+    count, then the groups') is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a
+    counter run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key
+    dim, stage capacity, key spec, value spec, write): the staged tokens, quantized in the kernel, merged in before the
+    finish (`_tail_source`)."""
     src = f"""
-    // ---- finish (the decode kernel's own combine): the last block of row r to finish merges the row's chunks (KVQ_GX: `_scratch_source`)
+    // ---- finish (the decode kernel's own combine): the last block of each group of FGS merges the group's partials, the last group's merger the row's groups (KVQ_GX, NGM, FGS: `_scratch_source`)
     __threadfence();
     KVQ_SYNC();
     KVQ_SHARED int kvq_last;
+    const int kvq_grp = KVQ_BX / FGS, kvq_ngr = (KVQ_GX + FGS - 1) / FGS;
+    int* const rcnt = (int*)cnt + (long)r * (1 + NGM);
     if (tid == 0) {{
-        kvq_last = atomicAdd((int*)cnt + r, 1) == KVQ_GX - 1;
-        if (KVQ_BX == 0) cnext[r] = 0;
+        kvq_last = atomicAdd(rcnt + 1 + kvq_grp, 1) == min(FGS, KVQ_GX - kvq_grp * FGS) - 1;
+        if (KVQ_BX == 0) for (int i = 0; i <= NGM; ++i) cnext[(long)r * (1 + NGM) + i] = 0;
     }}
     KVQ_SYNC();
-    if (kvq_last) {{
+    if (kvq_last) {{   // the group's last block: its blocks' partials (slots bb + k KVQ_GX) into the group's (max, sum, output)
         __threadfence();
         constexpr int VDP = {VDP};
-        float* const wt = sc;                    // G x S chunk weights
-        float* const xs = sc + G * S;            // G x VDP outputs
+        const int b0 = kvq_grp * FGS, nb = min(FGS, KVQ_GX - b0);
+        for (int c = tid; c < G * VDP / 4; c += {NT}) {{
+            const int g = 4 * c / VDP;
+            const float4* const op = reinterpret_cast<const float4*>(o + (long)r * S * G * VDP) + c;
+            float M = KVQ_NEG_INF;
+            for (int s0 = b0; s0 < S; s0 += KVQ_GX) {{
+                #pragma unroll
+                for (int i = 0; i < FGS; ++i) if (i < nb && s0 + i < S) M = KVQ_MAX(M, __ldcg(ml + (((long)r * S + s0 + i) * G + g) * 2));
+            }}
+            const float M0 = M == KVQ_NEG_INF ? 0.0f : M;
+            float L = 0.0f, ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
+            for (int s0 = b0; s0 < S; s0 += KVQ_GX) {{
+                float w[FGS], lw[FGS];
+                float4 v[FGS];
+                #pragma unroll
+                for (int i = 0; i < FGS; ++i) {{   // the group's loads in flight together
+                    const bool in = i < nb && s0 + i < S;
+                    const long a = (((long)r * S + s0 + i) * G + g) * 2;
+                    const float ms = in ? __ldcg(ml + a) : KVQ_NEG_INF;
+                    w[i] = ms == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms - M0);
+                    lw[i] = in ? __ldcg(ml + a + 1) : 0.0f;
+                    v[i] = in ? __ldcg(op + (long)(s0 + i) * (G * VDP / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }}
+                #pragma unroll
+                for (int i = 0; i < FGS; ++i) {{
+                    const bool on = w[i] != 0.0f;   // a chunk of weight 0 (every token masked) may hold anything
+                    L += on ? w[i] * lw[i] : 0.0f;
+                    ax += on ? w[i] * v[i].x : 0.0f; ay += on ? w[i] * v[i].y : 0.0f; az += on ? w[i] * v[i].z : 0.0f; aw += on ? w[i] * v[i].w : 0.0f;
+                }}
+            }}
+            reinterpret_cast<float4*>(go + ((long)r * NGM + kvq_grp) * G * VDP)[c] = make_float4(ax, ay, az, aw);
+            if (4 * c == g * VDP) {{ gml[(((long)r * NGM + kvq_grp) * G + g) * 2] = M; gml[(((long)r * NGM + kvq_grp) * G + g) * 2 + 1] = L; }}
+        }}
+        __threadfence();
+        KVQ_SYNC();
+        if (tid == 0) kvq_last = atomicAdd(rcnt, 1) == kvq_ngr - 1;
+        KVQ_SYNC();
+    }}
+    if (kvq_last) {{   // the last group's merger: the row's groups
+        __threadfence();
+        constexpr int VDP = {VDP};
+        float* const wt = sc;                    // G x NGM group weights
+        float* const xs = sc + G * NGM;          // G x VDP outputs
         for (int g = warp; g < G; g += {_NW}) {{
             float m = KVQ_NEG_INF;
-            for (int s = lane; s < S; s += 32) m = KVQ_MAX(m, __ldcg(ml + (((long)r * S + s) * G + g) * 2));
+            for (int s = lane; s < kvq_ngr; s += 32) m = KVQ_MAX(m, __ldcg(gml + (((long)r * NGM + s) * G + g) * 2));
             for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
             const float M0 = m == KVQ_NEG_INF ? 0.0f : m;
             float l = 0.0f;
-            for (int s = lane; s < S; s += 32) {{
-                const long a = (((long)r * S + s) * G + g) * 2;
-                const float ms = __ldcg(ml + a);
+            for (int s = lane; s < kvq_ngr; s += 32) {{
+                const long a = (((long)r * NGM + s) * G + g) * 2;
+                const float ms = __ldcg(gml + a);
                 const float w = ms == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms - M0);
-                wt[g * S + s] = w;
-                if (w != 0.0f) l += w * __ldcg(ml + a + 1);
+                wt[g * NGM + s] = w;
+                if (w != 0.0f) l += w * __ldcg(gml + a + 1);
             }}
             for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
             if (lane == 0) {{ stat[2 * g] = l; stat[2 * g + 1] = M0; }}
         }}
         KVQ_SYNC();
-        for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: 16-byte loads, 8 chunks in flight
+        for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: 16-byte loads, 8 groups in flight
             const int g = 4 * c / VDP;
-            const float4* const op = reinterpret_cast<const float4*>(o + (long)r * S * G * VDP) + c;
-            const float* const wg = wt + g * S;
+            const float4* const op = reinterpret_cast<const float4*>(go + (long)r * NGM * G * VDP) + c;
+            const float* const wg = wt + g * NGM;
             float ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
             #pragma unroll 8
-            for (int s = 0; s < S; ++s) {{
+            for (int s = 0; s < kvq_ngr; ++s) {{
                 const float4 v = __ldcg(op + (long)s * (G * VDP / 4));
                 const float w = wg[s];
                 const bool on = w != 0.0f;       // a chunk of weight 0 (every token masked) may hold anything
@@ -774,30 +834,43 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};
     }}
 """
-    if finish == 'dense':   # out = x vmap + vmean: a thread takes 4 output coordinates (16-byte loads of vmap) for 4 heads at once
-        return src + f"""        constexpr int E4 = {Dv // 4}, GQ = (G + 3) / 4;
-        for (int it = tid; it < GQ * E4; it += {NT}) {{
-            const int g0 = 4 * (it / E4), e4 = it - (it / E4) * E4;
-            const float4 mu = reinterpret_cast<const float4*>(vmean)[e4];
+    if finish == 'dense':   # out = x vmap + vmean: a thread takes 4 output coordinates (16-byte loads of vmap) for 4 heads at once, over a 1/NJ part of the VDP rows
+        return src + f"""        constexpr int E4 = {Dv // 4}, GQ = (G + 3) / 4, NI = GQ * E4;
+        constexpr int NJ = NI * 8 <= {NT} ? 8 : NI * 4 <= {NT} ? 4 : NI * 2 <= {NT} ? 2 : 1, JL = VDP / NJ;
+        {{   // thread (item it, part jp): the products of rows jp JL .. of the map, the NJ parts (adjacent lanes) summed by shuffles, every thread taking part
+            const int it = tid / NJ, jp = tid - it * NJ;
+            const bool act = it < NI;
+            const int g0 = act ? 4 * (it / E4) : 0, e4 = act ? it - (it / E4) * E4 : 0;
             float4 a[4];
             #pragma unroll
-            for (int k = 0; k < 4; ++k) a[k] = mu;
+            for (int k = 0; k < 4; ++k) a[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float4* const vm = reinterpret_cast<const float4*>(vmap) + e4;
-            #pragma unroll 8
-            for (int j = 0; j < VDP; ++j) {{
-                const float4 w = vm[(long)j * E4];
-                #pragma unroll
-                for (int k = 0; k < 4; ++k) {{
-                    const float xv = g0 + k < G ? xs[(g0 + k) * VDP + j] : 0.0f;
-                    a[k].x += xv * w.x; a[k].y += xv * w.y; a[k].z += xv * w.z; a[k].w += xv * w.w;
+            if (act) {{
+                #pragma unroll 16
+                for (int jj = 0; jj < JL; ++jj) {{
+                    const int j = jp * JL + jj;
+                    const float4 w = vm[(long)j * E4];
+                    #pragma unroll
+                    for (int k = 0; k < 4; ++k) {{
+                        const float xv = g0 + k < G ? xs[(g0 + k) * VDP + j] : 0.0f;
+                        a[k].x += xv * w.x; a[k].y += xv * w.y; a[k].z += xv * w.z; a[k].w += xv * w.w;
+                    }}
                 }}
             }}
             #pragma unroll
-            for (int k = 0; k < 4; ++k) {{
-                if (g0 + k >= G) break;
-                T* const op = out + ((long)r * G + g0 + k) * {Dv} + 4 * e4;
-                op[0] = (T){mix('g0 + k', '4 * e4', 'a[k].x')}; op[1] = (T){mix('g0 + k', '4 * e4 + 1', 'a[k].y')};
-                op[2] = (T){mix('g0 + k', '4 * e4 + 2', 'a[k].z')}; op[3] = (T){mix('g0 + k', '4 * e4 + 3', 'a[k].w')};
+            for (int off = 1; off < NJ; off <<= 1) {{
+                #pragma unroll
+                for (int k = 0; k < 4; ++k) {{ a[k].x += KVQ_SHFL(a[k].x, off); a[k].y += KVQ_SHFL(a[k].y, off); a[k].z += KVQ_SHFL(a[k].z, off); a[k].w += KVQ_SHFL(a[k].w, off); }}
+            }}
+            if (act && jp == 0) {{
+                const float4 mu = reinterpret_cast<const float4*>(vmean)[e4];
+                #pragma unroll
+                for (int k = 0; k < 4; ++k) {{
+                    if (g0 + k >= G) break;
+                    T* const op = out + ((long)r * G + g0 + k) * {Dv} + 4 * e4;
+                    op[0] = (T){mix('g0 + k', '4 * e4', 'a[k].x + mu.x')}; op[1] = (T){mix('g0 + k', '4 * e4 + 1', 'a[k].y + mu.y')};
+                    op[2] = (T){mix('g0 + k', '4 * e4 + 2', 'a[k].z + mu.z')}; op[3] = (T){mix('g0 + k', '4 * e4 + 3', 'a[k].w + mu.w')};
+                }}
             }}
         }}
     }}
@@ -1685,10 +1758,13 @@ def _warp_softmax(MT=None):
     }}
 """
 
+BMERGE_VNS = 4           # BMERGE only where the values have at most this many 32-dim slices: the carried value accumulators (2 x 4 floats a slice) live through the next chunk's key loop, and at head dim 256 (8 slices) the folded turbo:4 kernel spilled 352 bytes, 64 local loads an iteration of that loop (`bench/cuda_registers.py --fold`), 16 bytes without BMERGE
+
 def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
-    "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax"
+    "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax, values of at most BMERGE_VNS slices"
+    VNS = sum(_side_layout(vplan)[0])
     return (BMERGE and backend == 'cuda' and _uses_mma(kplan, vplan, G, backend, half) and LEAN and _lean_ok(kplan, vplan)
-            and _wsm_ok(sum(_side_layout(vplan)[0]), G))
+            and VNS <= BMERGE_VNS and _wsm_ok(VNS, G))
 
 def _warp_sums(acc_out, slab_out, VNS, G, slot='sp', count='S'):
     """Source: the block's partial output from its warps' accumulators. PSUM (where `_psum_ok`): every warp writes its

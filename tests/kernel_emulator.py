@@ -26,6 +26,7 @@ PRE = r"""
 #include <algorithm>
 using std::min; using std::max;
 struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct uint4 { uint32_t x, y, z, w; };
 struct uint2 { uint32_t x, y; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };

@@ -62,7 +62,7 @@ def test_staged_tokens_need_the_rot_finish():
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])   # the calibrated bands with `LEAN_ANY` (their 5-bit key ranges funnel-shifted)
 def test_block_merge_kernel_compiles(case, monkeypatch):
     "The folded lean kernel that merges each block's chunks into one partial (`BMERGE`, on by default since 2026-11-27 evening)"
-    monkeypatch.setattr(AK, 'BMERGE', True); monkeypatch.setattr(AK, 'LEAN_ANY', True)
+    monkeypatch.setattr(AK, 'BMERGE', True); monkeypatch.setattr(AK, 'LEAN_ANY', True); monkeypatch.setattr(AK, 'BMERGE_VNS', 8)   # (d256 too: the variant compiles where it is turned on)
     _, kc, vc, G, D = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
     assert AK._bmerge_ok(kp, vp, G) and 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', _finish_kind(kp), fold=_finish_kind(vp))   # the merging kernel is what compiles
@@ -124,3 +124,9 @@ def test_dynamic_shared_memory_launches(case, fold):
     (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, fold)
     assert (dyn > 0) == (AK._uses_mma(kp, vp, G, 'cuda') and AK.LEAN and AK._lean_ok(kp, vp)), case[0]
     assert smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case[0], smem, dyn)
+
+def test_folded_d256_kernel_does_not_spill():
+    "The folded turbo:4 kernel of Gemma's head shape (4 query heads, d256) spills at most a few bytes: with `BMERGE` there (before `BMERGE_VNS`) it spilled 352, in its key loop"
+    kp, vp = side_plan(TurboCodec(4), 256), side_plan(TurboCodec(4, seed=1), 256)
+    (regs, spill, smem), fin = CR.compile_decode(kp, vp, 4, True)
+    assert fin == 'rot' and spill <= 64, spill

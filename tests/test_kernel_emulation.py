@@ -133,7 +133,8 @@ def test_blocks_per_row():
     assert AK._blocks_x(128, 8, 2) == 64 and AK._blocks_x(128, 16, 2) == 32  # 131K, one / two sequences: 512 blocks
     assert AK._blocks_x(256, 8, 2) == 64                                     # 512-token chunks: 4 per block
     assert AK._blocks_x(256, 8, 1) == 256 and AK._blocks_x(9, None, 2) == 5  # one chunk per block; no row count: LPCH
-    assert AK._blocks_x(256, 1, 2) == 128 and AK._blocks_x(147, 2, 2) == 74  # one / two KV heads at 32K: within FOLD, the call folds
+    assert AK._blocks_x(256, 1, 2) == 256 and AK._blocks_x(147, 2, 2) == 147  # one / two KV heads at 32K: within FOLD (256), a chunk a block, the call folds
+    assert AK._blocks_x(512, 1, 2) == 256                                     # past FOLD: at most FOLD blocks, each merging its chunks
     assert AK._blocks_x(128, 2, 2) == 128                                    # 128 chunks: one per block still folds
     for R in (1, 2, 8, 24, 64):
         for S in (1, 7, 64, 129, 300, 4096):
@@ -145,9 +146,32 @@ def test_folded_path_needs_its_counters_zeroed(monkeypatch):
     "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     orig = AK._fold_source
-    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[r] = 0;', ';'))
+    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[(long)r * (1 + NGM) + i] = 0;', ';'))
     assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True, calls=1) <= E.final_tolerance(kc, vc, G, D)
+
+def test_two_level_merge(monkeypatch):
+    """The fold's merge in groups (`FGS` blocks a group, the last block of each merging the group, the last group's merger
+    the row): right with groups of 1, 2 and 3 blocks (several groups, a last group short) and with one group; not vacuous:
+    a group merger that skips its group's first partial, or a final merger that skips the first group, is caught"""
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # several chunks and blocks a row
+    for fgs in (1, 2, 3, 64):
+        monkeypatch.setattr(AK, 'FGS', fgs)
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), fgs
+    monkeypatch.setattr(AK, 'FGS', 2)
+    orig = AK._fold_source
+    for a, b in (('for (int i = 0; i < FGS; ++i) {   // the group', 'for (int i = 1; i < FGS; ++i) {   // the group'),
+                 ('for (int s = 0; s < kvq_ngr; ++s)', 'for (int s = 1; s < kvq_ngr; ++s)')):
+        monkeypatch.setattr(AK, '_fold_source', lambda *x, a=a, b=b: orig(*x).replace(a, b))
+        assert a in orig(128, 'rot') and not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2, a
+    monkeypatch.setattr(AK, '_fold_source', orig)
+
+def test_block_merge_only_for_narrow_values():
+    "`BMERGE` (values carried across a block's chunks) only where the values have at most BMERGE_VNS 32-dim slices: at d256 the carried accumulators spilled in the key loop"
+    for D, merges in ((64, True), (128, True), (256, False)):
+        kp, vp = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
+        assert AK._bmerge_ok(kp, vp, 4) == merges, D
 
 def test_dense_finish_is_checked(monkeypatch):
     """Not vacuous: the calibrated codecs' final path is wrong, and caught, when the query kernel drops the attention
@@ -164,7 +188,7 @@ def test_dense_finish_is_checked(monkeypatch):
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False) > 1e-2
     monkeypatch.setattr(AK, '_dense_combine', orig_c)
     orig_f = AK._fold_source
-    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig_f(*a).replace('for (int j = 0; j < VDP; ++j)', 'for (int j = 1; j < VDP; ++j)'))
+    monkeypatch.setattr(AK, '_fold_source', lambda *a: orig_f(*a).replace('for (int jj = 0; jj < JL; ++jj)', 'for (int jj = 1; jj < JL; ++jj)'))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
@@ -226,8 +250,8 @@ def test_lean_variants(monkeypatch):
 
 def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
     """`LEAN_ANY`: the calibrated codecs (a 5-bit outlier band of 12 or 32 channels, so a key thread's codes start
-    mid-word) in the lean loops: two-launch with a mask and short chunks, and folded with each block's chunks merged
-    into one partial (BMERGE), against the blockwise reference"""
+    mid-word) in the lean loops: two-launch with a mask and short chunks, and folded (at d96 with each block's chunks
+    merged into one partial, BMERGE; at d256 a partial per chunk), against the blockwise reference"""
     monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # several chunks, LPCH per block
     ch = AK.CH_MAX
     for D, G, n in ((96, 2, 300), (256, 4, 500)):
@@ -235,7 +259,8 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
         monkeypatch.setattr(AK, 'LEAN_ANY', False)
         assert not AK._lean_ok(kp, vp)                       # the configurations this test is about
         monkeypatch.setattr(AK, 'LEAN_ANY', True)
-        assert 'running max and sum' in AK._decode_source(kp, vp, G, 'cuda', fold='dense')   # the lean loops, blocks merging their chunks
+        merging = sum(AK._side_layout(vp)[0]) <= AK.BMERGE_VNS   # blocks merging their chunks (BMERGE) where the values have at most BMERGE_VNS slices: d96, not d256
+        assert ('running max and sum' in AK._decode_source(kp, vp, G, 'cuda', fold='dense')) == merging and merging == (D == 96)
         assert E.check_final(kc, vc, 1, 2, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), (D, 'folded')
         monkeypatch.setattr(AK, 'CH_MAX', 128)
         assert 'lean' in AK._decode_source(kp, vp, G, 'cuda')
