@@ -37,7 +37,8 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
 
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),
-          ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32)]
+          ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32),
+          ('turbo:3/4 d128 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 128, 16), ('affine:4 d128 G8', AffineCodec(4), AffineCodec(4), 8, 128, 16)]
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 @pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
