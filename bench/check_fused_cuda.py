@@ -2,9 +2,9 @@
 with fp16 `mx.fast.scaled_dot_product_attention` (one layer), chunked prefill and whole-model decode.
 
 Usage (GPU machine, see /work/shared/gpu/README.md):
-    python3 bench/check_fused_cuda.py [--quick] [--only variants,check,layer,gemma,prefill,model] [--out DIR]
+    python3 bench/check_fused_cuda.py [--quick] [--only variants,check,layer,gemma,prefill,model] [--cases REGEX] [--out DIR]
 Writes DIR/check_fused_cuda.log (DIR defaults to $OUT or .)."""
-import argparse, math, os, platform, sys, time, warnings
+import argparse, re, math, os, platform, sys, time, warnings
 from datetime import datetime, timezone
 
 import numpy as np
@@ -25,6 +25,7 @@ ap.add_argument('--out', default=os.environ.get('OUT', '.'))
 ap.add_argument('--contexts', default='4096,32768,131072')
 ap.add_argument('--model-contexts', default='32768,131072')
 ap.add_argument('--variant-contexts', default='4096,131072')
+ap.add_argument('--cases', default=None, help='check section: only the cases whose name matches this regular expression (e.g. kvq_turbo: the calibrated codecs)')
 args = ap.parse_args()
 only = set(args.only.split(','))
 os.makedirs(args.out, exist_ok=True)
@@ -81,6 +82,7 @@ for _mma in ((True, False) if 'check' in only else ()):
     shapes = [(1, 8, 4, 128, 1000), (1, 2, 1, 64, 37), (2, 2, 8, 80, 700), (1, 1, 4, 256, 3000), (1, 4, 2, 96, 513), (3, 2, 4, 128, 4100)]
     worst = 0.0
     for ci, (name, make) in enumerate(cases):
+        if args.cases and not re.search(args.cases, name): continue
         picks = [ci % len(shapes)] if args.quick else [ci % len(shapes), (ci + 3) % len(shapes)]
         for si in picks:
             B, Hkv, G, D, N = shapes[si]

@@ -59,6 +59,8 @@
 #       scratch (a folded call's partials and counters in one scratch output: decode steps of turbo:4 / affine:4, then the whole model at 32K against .kvq_base, 6 rounds)
 #       fgcheck (the fold's merge in two levels: check_fused_cuda's check section, decode steps and the staged-token kernels in parallel, cut at LIMIT s)
 #       calkern: NCUSHAPE= (empty) measures the issue's one-layer shape instead of Gemma's
+#       calcheck (the calibrated and mixed-codec cases of check_fused_cuda (both kernels) and check_decode_steps' calibrated configurations, in parallel, cut at LIMIT s)
+#       kern   (Nsight Compute: every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';')
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -315,6 +317,18 @@ case $part in
          timeout ${LIMIT:-420} python3 bench/check_staged_cuda.py --out "$O/staged" > "$O/staged/run.log" 2>&1 &
          timeout ${LIMIT:-420} python3 bench/check_decode_steps.py --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          tail -3 "$O/check/run.log"; tail -2 "$O/steps/run.log"; tail -3 "$O/staged/run.log" | cut -c1-300 ;;
+  calcheck) mkdir -p "$O/check" "$O/steps"
+         timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo| / ' --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         grep -c "True" "$O/check/run.log"; grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; cat "$O/steps/run.log" | cut -c1-300 ;;
+  kern) IFS=';' read -ra SETS <<< "$KERN"
+        for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
+          pp=$PYTHONPATH; case $shp in *@base) pp=$PWD/.kvq_base/old:$PYTHONPATH;; esac
+          flag=; case $shp in gemma*) flag=--gemma;; esac
+          mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_$kn" | tr -c 'A-Za-z0-9_\n' '_').txt"
+          PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
+            --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx $flag $kn > "$f" 2>&1
+          grep -E "^    Duration|reference|Error|error" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/$shp $sc $ctx $kn: /" | tee -a "$O/kern.txt"; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

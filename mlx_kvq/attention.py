@@ -354,15 +354,17 @@ def _kernel_ok_of(q, kplan, vplan, mask):
     return True
 
 _KERNELS = {}
-def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None, pack=None):
+def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tail=None, pack=None, lb=None):
     """(decode kernel, its input names) for this configuration, built once. `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel
     that also finishes the attention (`_fold_source`): inputs `cnt` (+ `_fold_inputs(fold)`), outputs `scr` (its partials and
     row counters, `_scratch_source`) and `out` instead;
     with `tail` = (key dim, stage capacity, key spec, value spec, write) it quantizes and merges a cache's staged tokens
     too: inputs `ts` (the staging buffer), `tsc` and each side's rotation signs, boundaries and centroids more (`_TAIL_INPUTS`);
     `write`: the step's token too (inputs `nk`, `nv`), and the staging buffer after the step (output `so`).
-    `pack` ((name, offset) pairs, `_packed`): those constant inputs read from one float32 input `cst` at their offsets"""
-    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail, pack)
+    `pack` ((name, offset) pairs, `_packed`): those constant inputs read from one float32 input `cst` at their offsets;
+    `lb`: its `__launch_bounds__` resident-block minimum (`_kernel_header`; default `LB`: `_AK._lb` of a call's blocks)"""
+    lb = _AK.LB if lb is None else lb
+    key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail, pack, lb)
     if key not in _KERNELS:
         src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
@@ -374,9 +376,10 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), ['scr', 'out']
         if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['so']
         if pack: src, ins = _pack_defines(pack) + src, _packed_names(ins, pack)
-        name = 'mlx_kvq_decode_' + hashlib.sha1((_kernel_header(backend) + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
+        head = _kernel_header(backend, lb)
+        name = 'mlx_kvq_decode_' + hashlib.sha1((head + src).encode()).hexdigest()[:16]   # MLX caches compiled modules by name
         dyn = _AK.dynamic_shared_bytes(src) if backend == 'cuda' else 0   # DYNLUT's pair tables and score buffer
-        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=_kernel_header(backend), ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
+        _KERNELS[key] = (make_kernel(backend, name, ins, outs, src, header=head, ensure_row_contiguous=False, **({'shared_memory': dyn} if dyn else {})), ins)
     return _KERNELS[key]
 
 _TAIL_INPUTS = ['ts', 'tsc', 'sgk', 'bnk', 'cek', 'sgv', 'bnv', 'cev']
@@ -522,16 +525,17 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
         qcat = _query_rows(kplan, qk, R, G)
     VDP = 32 * sum(_side_layout(vplan)[0])
     half = q.dtype != mx.float32 if half is None else half
-    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
     mk = _mask_input(mask, B, n)
     meta, S = _step(n, R, G, Hkv, mask is not None, VDP)   # per call: n changes every step
+    GX = _grid_x(S, kplan, vplan, G, backend, half, R)
+    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half, lb=_AK._lb(GX * R))
     val = dict(q=mx.contiguous(qcat), ktab=_tables(kplan), vtab=_tables(vplan), mask=mk, meta=meta)
     if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _signs(kplan)
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'], val[f'{side}g{i}'] = parts[b.words], parts[b.gamma]
             if b.bias is not None: val[f'{side}z{i}'] = parts[b.bias]
-    o, ml = kernel(inputs=[val[k] for k in names], grid=(_grid_x(S, kplan, vplan, G, backend, half, R) * NT, R, 1), threadgroup=(NT, 1, 1),
+    o, ml = kernel(inputs=[val[k] for k in names], grid=(GX * NT, R, 1), threadgroup=(NT, 1, 1),
                    output_shapes=[(R, S, G, VDP), (R, S, G, 2)], output_dtypes=[mx.float32, mx.float32])
     return o, ml, meta, kbias, (B, Hkv, G, R, VDP)
 
@@ -695,7 +699,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         fbase, (fiq, fim, fimask), fparts_at = _input_slots(kplan, vplan, fnames, {'cst': fcst})
         ficnt = fnames.index('cnt')
     bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
-    tails = {}       # (stage capacity, write) -> (the folded kernel that quantizes and merges staged tokens too, its input list with the constants in place, the positions it fills), built on the first such call
+    tails = {}       # (stage capacity, write, launch bounds) -> (the folded kernel that quantizes and merges staged tokens too, its input list with the constants in place, the positions it fills), built on the first such call
     ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), `call_of` their chunks, a writing call's output shapes), made when n changes
     seen = [(None, 0)]   # (the staging buffer last checked (its dtype and head dims), its capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
@@ -713,23 +717,26 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if t is None or not t[0] <= n < t[0] + META_ROWS: t = mtab[m] = _meta_table(n, R, G, Hkv, m, VDP)
         return t[1][n - t[0]], t[2][n - t[0]]
     def call_of(S, key):
-        "(grid, folded kernel or None, output shapes) of a call of S chunks; key: stage capacity (False where the fold cannot take its staged tokens), 0, or -1 with a mask"
+        """(grid, folded kernel or None, output shapes, the decode kernel where it does not fold, launch bounds) of a call of S chunks;
+        key: stage capacity (False where the fold cannot take its staged tokens), 0, or -1 with a mask. The kernels are
+        compiled for the call's blocks (`_AK._lb`: calls of few blocks with more registers)"""
         got = calls.get((S, key))
         if got is None:
             GX = _AK._blocks_x(S, R, pch) if mma else S
             SP = GX if bmerge else S
+            lb = _AK._lb(GX * R)
             fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key, kspec, vspec) if key > 0 else None)
-            got = ((GX * NT, R, 1), folded, [(_AK.scratch_floats(R, SP, G, VDP),), (B, Hq, 1, Dv)]) if fold else \
-                  False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)])
+            got = ((GX * NT, R, 1), _get_kernel(kplan, vplan, G, backend, qprep, half, fin, pack=fpack, lb=lb)[0], [(_AK.scratch_floats(R, SP, G, VDP),), (B, Hq, 1, Dv)], None, lb) if fold else \
+                  False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)], _get_kernel(kplan, vplan, G, backend, qprep, half, lb=lb)[0], lb)
             calls[(S, key)] = got
         return got
-    def tail_kernel(cap, kc, vc, w):
-        "(folded kernel for `cap` staged tokens (w: and the step's token, written), its inputs with the constants in place), or False where these codecs cannot stage"
+    def tail_kernel(cap, kc, vc, w, lb):
+        "(folded kernel for `cap` staged tokens (w: and the step's token, written; lb: its launch bounds), its inputs with the constants in place), or False where these codecs cannot stage"
         if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
         consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
                                                                        if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
         pack, cst = _packed(fconsts + list(zip(_TAIL_CONSTANTS, consts)))
-        kern, tnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w), pack)
+        kern, tnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w), pack, lb)
         ins, (i_q, i_m, i_mask), pat = _input_slots(kplan, vplan, tnames, {'cst': cst})
         ins[i_mask] = _mask_input(None, B, 0)
         at = [tnames.index(nm) for nm in ('cnt', 'ts')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
@@ -755,8 +762,8 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                              call and call[2] + [(B, Hkv, cap, D + Dv)])
         call = t[2]
         if call is False: return None
-        tk = tails.get((cap, w))
-        if tk is None: tk = tails[(cap, w)] = tail_kernel(cap, kc, vc, w)
+        tk = tails.get((cap, w, call[4]))
+        if tk is None: tk = tails[(cap, w, call[4])] = tail_kernel(cap, kc, vc, w, call[4])
         if tk is False: return None
         ins, at = tk[1][:], tk[2]
         ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sb
@@ -774,7 +781,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if tail is not None:   # (staged keys, staged values, T, key codec, value codec, staging buffer): only the folded kernel that merges them serves it
             return None if mask is not None or tail[5] is None else staged(q, kp, vp, n, tail[5], *tail[2:5])
         meta, S = step_meta(n, mask is not None)
-        grid, fk, shapes = call_of(S, 0 if mask is None else -1)
+        grid, fk, shapes, kernel, _ = call_of(S, 0 if mask is None else -1)
         qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
                    output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
         if fk is not None:    # one launch: the decode kernel finishes the attention

@@ -12,9 +12,9 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
-           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE',
-           'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC',
-           'LEAN_ANY', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
+           'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4',
+           'RAWSC', 'LEAN_ANY', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -543,12 +543,13 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW)
 
-def _kernel_header(backend):
-    "Source put before the decode kernel's signature: on CUDA with `LB`, `__launch_bounds__(NT, LB)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
-    if backend != 'cuda' or not LB: return ""
-    return f"#undef __global__\n#define __global__ __attribute__((global)) __launch_bounds__({NT}, {LB})\n"
+def _kernel_header(backend, lb=None):
+    "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
+    lb = LB if lb is None else lb
+    if backend != 'cuda' or not lb: return ""
+    return f"#undef __global__\n#define __global__ __attribute__((global)) __launch_bounds__({NT}, {lb})\n"
 
 def _chmax(G): return min(CH_MAX, 4096 // G // 32 * 32)
 
@@ -924,6 +925,11 @@ SCAL = False             # the chunk's per-token scalars (norms, affine scales a
 CLAMP = False            # loads of masked tokens read the last token (finite, weighted 0) instead of being predicated; band-end checks only where a band is padded
 VEC = False              # vector loads (uint4 / uint2) of a thread's words where its row is contiguous and aligned (95 registers instead of 72, no faster on the H100)
 LB = 4                   # CUDA: resident blocks per SM the compiler must allow (`__launch_bounds__(128, LB)`: registers capped at 65536 / (128 LB)); 0: none
+LB_FEW = 2               # CUDA: the same for calls of at most WAVE x LB_FEW / LB blocks (264: one KV head, Gemma 3 270M / 1B's shape, at any length; short calls of more), one wave at LB_FEW blocks per SM of an H100 / H200 (132 SMs) where LB allowed more than such a call has blocks to give: registers up to 255, no spills (H200, Gemma's shape at 131K, Nsight Compute, `bench/h200_20261129h/`: turbo:4 54.3 -> 50.9 us, the calibrated kinds of auto:5 74 -> 64.5); 0: LB for every call
+
+def _lb(blocks):
+    "The `__launch_bounds__` resident-block minimum a decode call of `blocks` thread blocks is compiled for: LB_FEW where they fit one wave at LB_FEW blocks per SM (WAVE's 132 SMs), else LB"
+    return LB_FEW if LB and 0 < LB_FEW < LB and blocks <= WAVE * LB_FEW // LB else LB
 _DIAG = None             # bench only: 'noload' replaces the code words' loads by a hash of the token (what the kernel costs without its memory traffic); 'nolds' the lean loops' pair-table lookups by a multiply of the pair's codes (without the shared-memory lookups); both give wrong results (`bench/ncu_decode.py --unchecked`)
 NST = 0                  # cp.async stages per warp (tiles' words copied to shared memory ahead of use; 0: loads from global memory, measured faster on the H100); needs TPK = TPV = 1
 
@@ -1383,7 +1389,7 @@ VPRO = True              # folded lean kernels with BMERGE: a chunk's first PF v
 IL4 = True               # lean value loop, 4-bit code-table (turbo) bands: the codes of a thread's token pairs interleaved once per tile (two shifts and selects per word), so each pair-table lookup gives a tensor-core fragment register directly, with no byte permutes of looked-up pairs (False: the permutes)
 RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine scales and biases) prefetched as the stored 16- or 32-bit values and converted to float where the tile is computed; False: converted where loaded, which makes the warp wait for the load there (H200, 131K, turbo:4: ~20% of the decode kernel's stall samples on those conversions, `bench/h200_20261128e/`)
 
-LEAN_ANY = False         # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges; False (default: under Nsight Compute on an H200, 2026-11-29, slower for auto:5's kinds on Gemma's shape: 133 us against 95 + 30 at 131K, 55 against 38 + 30 at 32K, `bench/h200_20261129f/`): those configurations take the earlier tensor-core loops
+LEAN_ANY = True          # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges. On since 2026-11-29 night: with the two-level fold, under Nsight Compute on an H200 the calibrated kinds of auto:5 (`cal:5,4`) on Gemma's shape took 74 us against 108 at 131K, 42 against 58 at 32K, 30 against 50 at 4K, and 167 against 219 on the issue's shape at 131K (`bench/h200_20261129h/`; off, before the two-level fold, it had measured faster: `bench/h200_20261129f/`); False: those configurations take the earlier tensor-core loops
 
 def _lean_ok(kplan, vplan):
     "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word, or any band with `LEAN_ANY`"
