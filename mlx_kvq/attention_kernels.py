@@ -14,7 +14,7 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
            'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4',
-           'RAWSC', 'LEAN_ANY', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'RAWSC', 'LEAN_ANY', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -543,7 +543,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1513,10 +1513,12 @@ def _stage_copy(side, tile, slot):
             f"                for (int i = lane; i < {16 * CPR}; i += 32) {{ const int t = i / {CPR}, c = i - t * {CPR};"
             f" KVQ_CP16(dst + t * {RW} + 4 * c, {side}w0_row + (unsigned)((t0 + min(({tile}) + t, NV - 1)) * {side}w0_s2) + 4 * c); }} }}")
 
+PF_WORDS = 8             # lean loops: the most words of a tile a thread loads for which PF tiles stay in flight (more: 1 tile; head dim 256 at 4 bits has 16: PF = 2 spilled under LB = 4; with LB = 2, `bench/cuda_registers.py --cal --fold --set LB=2 --set PF_WORDS=64`: turbo:4 none, the calibrated kinds 8 bytes)
+
 def _lean_depth(decl):
-    "Tiles of loads in flight for a loop whose tile loads fill `decl`: PF, but 1 where a tile holds more than 8 words per thread (head dim 256 at 4 bits: 2 would spill under LB)"
+    "Tiles of loads in flight for a loop whose tile loads fill `decl`: PF, but 1 where a tile holds more than PF_WORDS words per thread"
     words = sum(int(d[d.index('[') + 1:d.index(']')]) for d in decl if d.startswith('uint32_t'))
-    return min(PF, 1) if words > 8 else PF
+    return min(PF, 1) if words > PF_WORDS else PF
 
 def _decl_names(d):
     "The names one declaration of a tile's loads declares (with the set placeholder `@`; word arrays with their `[W]`)"

@@ -248,6 +248,18 @@ def test_lean_variants(monkeypatch):
         assert AK._lean_ok(A.side_plan(kc, D), A.side_plan(vc, D)) and 'lean' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda'), name
         assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), (name, pf, rep, pch)
 
+def test_wide_tiles_kept_in_flight(monkeypatch):
+    """`PF_WORDS`: head dim 256 (16 words a thread a tile at 4 bits; the calibrated bands' funnel-shifted ranges) with
+    PF = 2 tiles in flight where the default drops to one: folded, against the blockwise reference"""
+    monkeypatch.setattr(AK, 'PF', 2); monkeypatch.setattr(AK, 'PF_WORDS', 64)
+    for kc, vc in ((TurboCodec(4), TurboCodec(4, seed=1)), E.calibrated_pair(256)):
+        kp, vp = A.side_plan(kc, 256), A.side_plan(vc, 256)
+        src = AK._decode_source(kp, vp, 4, 'cuda', fold='dense' if kc.__class__ is not TurboCodec else 'rot')
+        monkeypatch.setattr(AK, 'PF_WORDS', 8)
+        assert src != AK._decode_source(kp, vp, 4, 'cuda', fold='dense' if kc.__class__ is not TurboCodec else 'rot')   # the knob changes these loops
+        monkeypatch.setattr(AK, 'PF_WORDS', 64)
+        assert E.check_final(kc, vc, 1, 1, 4, 256, 700, False, fold=True) <= E.final_tolerance(kc, vc, 4, 256), type(kc).__name__
+
 def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
     """`LEAN_ANY`: the calibrated codecs (a 5-bit outlier band of 12 or 32 channels, so a key thread's codes start
     mid-word) in the lean loops: two-launch with a mask and short chunks, and folded (at d96 with each block's chunks
