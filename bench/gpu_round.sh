@@ -324,7 +324,7 @@ case $part in
          grep -c "True" "$O/check/run.log"; grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; cat "$O/steps/run.log" | cut -c1-300 ;;
   kern) IFS=';' read -ra SETS <<< "$KERN"
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
-          pp=$PYTHONPATH; case $shp in *@base) pp=$PWD/.kvq_base/old:$PYTHONPATH;; esac
+          pp=${PYTHONPATH:-}; case $shp in *@base) pp=$PWD/.kvq_base/old:${PYTHONPATH:-};; esac
           flag=; case $shp in gemma*) flag=--gemma;; esac
           mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_$kn" | tr -c 'A-Za-z0-9_\n' '_').txt"
           PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${CC:-none} --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
