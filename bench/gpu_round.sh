@@ -322,7 +322,8 @@ case $part in
          timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo| / ' --out "$O/check" > "$O/check/run.log" 2>&1 &
          timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          grep -c "True" "$O/check/run.log"; grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; cat "$O/steps/run.log" | cut -c1-300 ;;
-  kern) IFS=';' read -ra SETS <<< "$KERN"
+  kern) [ -n "${KERN:-}" ] || { echo "kern: set KERN='SHAPE CTX SCHEME [KNOB=V...];...' (SHAPE gemma, issue, gemma@base or issue@base)"; exit 2; }
+        IFS=';' read -ra SETS <<< "$KERN"
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
           pp=${PYTHONPATH:-}; case $shp in *@base) pp=$PWD/.kvq_base/old:${PYTHONPATH:-};; esac
           flag=; case $shp in gemma*) flag=--gemma;; esac

@@ -678,7 +678,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     kdense = qprep == 'dense'            # the queries prepared by their own kernel, the decode kernel reads them as they come
     if kdense: qprep = None
     half = queries.dtype != mx.float32
-    kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half)
+    names = _get_kernel(kplan, vplan, G, backend, qprep, half)[1]   # the decode kernel's inputs (the kernel itself: per call's blocks, `call_of`)
     VDP = 32 * sum(_side_layout(vplan)[0])
     Dv = sum(b.n for b in vplan.bands) if fin == 'dense' else VDP      # the output's width
     comb, ct = _get_combine(backend, fin, *((Dv, VDP) if fin == 'dense' else ())), _combine_threads(VDP)
@@ -692,13 +692,13 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
                  **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     fconsts = list(const.items()) + list(zip(_fold_inputs(fin), extra))   # the folded kernels' constants, packed as one input (`_packed`)
-    folded = None
+    folds = False   # whether this configuration's calls may finish in the decode kernel (CUDA, `FOLD`)
     if backend == 'cuda' and _AK.FOLD and Dv % 4 == 0:
         fpack, fcst = _packed(fconsts)
-        folded, fnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, pack=fpack)
+        folds, fnames = True, _get_kernel(kplan, vplan, G, backend, qprep, half, fin, pack=fpack)[1]
         fbase, (fiq, fim, fimask), fparts_at = _input_slots(kplan, vplan, fnames, {'cst': fcst})
         ficnt = fnames.index('cnt')
-    bmerge = folded is not None and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
+    bmerge = folds and _AK._bmerge_ok(kplan, vplan, G, backend, half)   # the folded kernel's partials: one per block, not per chunk
     tails = {}       # (stage capacity, write, launch bounds) -> (the folded kernel that quantizes and merges staged tokens too, its input list with the constants in place, the positions it fills), built on the first such call
     ttab = {}        # stage capacity -> (n, `meta` rows for T = 0 .. capacity (the row of `_meta_row` and T), `call_of` their chunks, a writing call's output shapes), made when n changes
     seen = [(None, 0)]   # (the staging buffer last checked (its dtype and head dims), its capacity)
@@ -706,7 +706,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
     kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
-    cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32)] if folded is not None else None   # the counters the next folded call starts from (zero): a scratch's first floats
+    cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32)] if folds else None   # the counters the next folded call starts from (zero): a scratch's first floats
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
     FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
     FODTW = FODT + [queries.dtype]
@@ -725,14 +725,14 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             GX = _AK._blocks_x(S, R, pch) if mma else S
             SP = GX if bmerge else S
             lb = _AK._lb(GX * R)
-            fold = folded is not None and _AK._fold_ok(SP, G, VDP, (D, key, kspec, vspec) if key > 0 else None)
+            fold = folds and _AK._fold_ok(SP, G, VDP, (D, key, kspec, vspec) if key > 0 else None)
             got = ((GX * NT, R, 1), _get_kernel(kplan, vplan, G, backend, qprep, half, fin, pack=fpack, lb=lb)[0], [(_AK.scratch_floats(R, SP, G, VDP),), (B, Hq, 1, Dv)], None, lb) if fold else \
                   False if key > 0 else ((GX * NT, R, 1), None, [(R, S, G, VDP), (R, S, G, 2)], _get_kernel(kplan, vplan, G, backend, qprep, half, lb=lb)[0], lb)
             calls[(S, key)] = got
         return got
     def tail_kernel(cap, kc, vc, w, lb):
         "(folded kernel for `cap` staged tokens (w: and the step's token, written; lb: its launch bounds), its inputs with the constants in place), or False where these codecs cannot stage"
-        if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folded is not None): return False
+        if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folds): return False
         consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
                                                                        if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
         pack, cst = _packed(fconsts + list(zip(_TAIL_CONSTANTS, consts)))

@@ -2,12 +2,15 @@
 KV head at any length: Gemma 3 270M / 1B) runs a variant compiled for LB_FEW resident blocks per SM (registers up to
 255, no spills), every other call the LB variant. Checked through the launcher exactly as decode steps use it, with a
 stand-in for `mx.fast.cuda_kernel` that records what each launch was built with (nothing runs: no GPU here)."""
-import re
+import re, sys
+from pathlib import Path
 import mlx.core as mx
 import pytest
 from mlx_kvq import attention as A, attention_kernels as AK
 from mlx_kvq.turbo_codec import TurboCodec
-from mlx_kvq.calibrated import CalibratedTurboCodec
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kernel_emulator import calibrated_pair   # the codec kinds of auto:B (nothing here is emulated)
 
 
 def test_lb_rule():
@@ -40,29 +43,26 @@ def test_launcher_builds_each_call_for_its_blocks(monkeypatch, kind):
     monkeypatch.setattr(mx.fast, 'cuda_kernel', stand_in, raising=False)
     monkeypatch.setattr(A, '_KERNELS', {})
     D, seen = 256, set()
-    if kind == 'turbo': kc, vc = TurboCodec(4), TurboCodec(4, seed=1)
-    else:
-        import numpy as np
-        rng = np.random.default_rng(0)
-        mk = lambda b, s: CalibratedTurboCodec(b, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                               outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=b + 1, dim=D)
-        kc, vc = mk(5, 0), mk(4, 1)
+    kc, vc = (TurboCodec(4), TurboCodec(4, seed=1)) if kind == 'turbo' else calibrated_pair(D)
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-    for Hkv, n in ((1, 131072), (1, 4096), (8, 131072), (8, 32768), (2, 32768)):
+    for fold, Hkv, n in ((AK.FOLD, 1, 131072), (AK.FOLD, 1, 4096), (AK.FOLD, 8, 131072), (AK.FOLD, 8, 32768), (AK.FOLD, 2, 32768),
+                         (0, 1, 4096), (0, 8, 131072)):   # FOLD = 0: the decode kernel that leaves the finish to the combine kernel
+        monkeypatch.setattr(AK, 'FOLD', fold)
         q = mx.zeros((1, 4 * Hkv, 1, D), mx.float16)
         kparts, vparts = _parts(kc, 1, Hkv, n, D), _parts(vc, 1, Hkv, n, D)
         _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
         del launched[:]
         run(q, kparts, vparts, n)
-        decode = [x for x in launched if x[0].startswith('mlx_kvq_decode_')]
+        decode = [x for x in launched if x[0].startswith('mlx_kvq_decode_') and not x[0].startswith('mlx_kvq_decode_combine')]
         assert len(decode) == 1, launched
         _, header, blocks = decode[0]
         lb = int(re.search(r'__launch_bounds__\(128, (\d+)\)', header).group(1))
         assert lb == (2 if blocks <= 264 else 4), (Hkv, n, blocks, lb)
         seen.add(lb)
-        if kind == 'turbo':   # a staging cache's step: the folded kernel that quantizes and merges the staged tokens, the same rule
+        assert any(x[0].startswith('mlx_kvq_decode_combine') for x in launched) == (fold == 0), [x[0] for x in launched]
+        if kind == 'turbo' and fold:   # a staging cache's step: the folded kernel that quantizes and merges the staged tokens, the same rule
             del launched[:]
             assert run.staged(q, kparts, vparts, n, mx.zeros((1, Hkv, 8, 2 * D), mx.float16), 3, kc, vc) is not None   # (8: the stage capacity at d256)
-            (_, header2, blocks2), = [x for x in launched if x[0].startswith('mlx_kvq_decode_')]
+            (_, header2, blocks2), = [x for x in launched if x[0].startswith('mlx_kvq_decode_') and not x[0].startswith('mlx_kvq_decode_combine')]
             assert blocks2 == blocks and f'__launch_bounds__(128, {lb})' in header2, (Hkv, n, blocks2, header2)
     assert seen == {2, 4}   # both variants were asked for
