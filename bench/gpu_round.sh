@@ -327,7 +327,7 @@ case $part in
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
           pp=${PYTHONPATH:-}; case $shp in *@base) pp=$PWD/.kvq_base/old:${PYTHONPATH:-};; esac
           flag=; case $shp in gemma*) flag=--gemma;; esac
-          mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_$kn" | tr -c 'A-Za-z0-9_\n' '_').txt"
+          mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_${kn}_${CC:-none}" | tr -c 'A-Za-z0-9_\n' '_').txt"
           PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${CC:-none} --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
             --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx $flag $kn > "$f" 2>&1
           grep -E "^    Duration|reference|Error|error" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/$shp $sc $ctx $kn${CC:+ (cache-control $CC)}: /" | tee -a "$O/kern.txt"; done ;;
