@@ -77,6 +77,9 @@ for _mma in ((True, False) if 'check' in only else ()):
     cases += [('affine:8,4', lambda D: (AffineCodec(8), AffineCodec(4))),
               ('kvq_turbo 5o/4o', lambda D: (calibrated(5, D, 0), calibrated(4, D, 1))),
               ('kvq_turbo 3/3 no outliers', lambda D: (calibrated(3, D, 0, False), calibrated(3, D, 1, False))),
+              ('kvq_turbo 3o/6o (low-bit keys: tensor cores)', lambda D: (calibrated(3, D, 0), calibrated(6, D, 1))),
+              ('kvq_turbo 1o/5o', lambda D: (calibrated(1, D, 0), calibrated(5, D, 1))),
+              ('kvq_turbo 2o/8o', lambda D: (calibrated(2, D, 0), calibrated(8, D, 1))),
               ('turbo:4 / affine:4', lambda D: (TurboCodec(4), AffineCodec(4, 32))),
               ('affine:8 / turbo:3', lambda D: (AffineCodec(8, 32), TurboCodec(3, seed=1)))]
     shapes = [(1, 8, 4, 128, 1000), (1, 2, 1, 64, 37), (2, 2, 8, 80, 700), (1, 1, 4, 256, 3000), (1, 4, 2, 96, 513), (3, 2, 4, 128, 4100)]

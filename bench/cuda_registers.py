@@ -127,6 +127,8 @@ if __name__ == '__main__':
     ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
     ap.add_argument('--fold', action='store_true', help='the kernels that finish the attention themselves (`FOLD`), as the final path launches them on CUDA')
     ap.add_argument('--cal', action='store_true', help="also the calibrated codec kinds `auto:5` plans (`cal:5,4` of bench/ncu_decode.py: 5 / 4 bits, an outlier band of dim / 8 channels at one bit more) at d128 and d256")
+    ap.add_argument('--cal-bits', nargs='+', default=['5,4'], metavar='K,V', help="with --cal: the key and value bits of the calibrated kinds (e.g. 5,4 3,6: `auto:5` plans either, at the same bytes)")
+    ap.add_argument('--only', default=None, help='only the configurations whose label contains this text')
     args = ap.parse_args()
     for kv in args.set:
         k, v = kv.split('='); setattr(AK, k, eval(v))
@@ -138,7 +140,8 @@ if __name__ == '__main__':
         def cal(b, seed, D):
             return CalibratedTurboCodec(b, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
                                         outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
-        configs += [('cal:5,4', cal(5, 0, D), cal(4, 1, D), 4, D) for D in (128, 256)]
+        configs += [(f'cal:{kv}', cal(int(kv.split(',')[0]), 0, D), cal(int(kv.split(',')[1]), 1, D), 4, D) for kv in args.cal_bits for D in (128, 256)]
+    if args.only: configs = [c for c in configs if args.only in f'{c[0]} D{c[4]}']
     for label, kc, vc, G, D in configs:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)

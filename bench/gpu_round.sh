@@ -338,13 +338,17 @@ case $part in
            grep -E "^\| [0-9]" "$O/layer_rot$r.log" | sed "s/^/rotate $r MiB: /"; done ;;
   timeline) # every GPU kernel of the bench's calls (bench/call_timeline.py, Gemma's shape, $CTX default 131072): plain wall times, then Nsight Compute on all kernels of one eval of 4 calls per scheme, then Nsight Systems' trace (start, duration) if it is installed
          c=${CTX:-131072}; S=${SCHEMES:-fp16 auto:5 turbo:4}
-         timeout 120 python3 bench/call_timeline.py $S --context $c --evals 4 > "$O/plain.log" 2>&1; cat "$O/plain.log" | tail -4
-         timeout 200 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --cache-control none --section SpeedOfLight python3 bench/call_timeline.py $S --context $c --evals 1 --calls 4 > "$O/ncu.txt" 2>&1
+         timeout 300 python3 bench/call_timeline.py $S --context $c --evals 4 > "$O/plain.log" 2>&1; cat "$O/plain.log" | tail -4
+         timeout ${NCU_LIMIT:-400} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --cache-control none --section SpeedOfLight python3 bench/call_timeline.py $S --context $c --evals 1 --calls ${NCU_CALLS:-2} > "$O/ncu.txt" 2>&1
          grep -E "^  [A-Za-z_]|^    Duration|per call" "$O/ncu.txt" | sed -E 's/ +/ /g; s/, Context.*//' > "$O/ncu_kernels.txt"; head -80 "$O/ncu_kernels.txt"
          NS=$( (command -v nsys; ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null) | head -1)
          if [ -n "$NS" ]; then timeout 200 $NS profile --capture-range=cudaProfilerApi --capture-range-end=repeat -t cuda -f true -o "$O/tl" python3 bench/call_timeline.py $S --context $c --evals 2 > "$O/nsys.log" 2>&1
            for f in "$O"/tl*.nsys-rep; do timeout 100 $NS stats --report cuda_gpu_trace --format csv "$f" > "${f%.nsys-rep}_trace.csv" 2>/dev/null; timeout 100 $NS stats --report cuda_api_sum "$f" > "${f%.nsys-rep}_api.txt" 2>/dev/null; done
            python3 bench/trace_gaps.py "$O"/tl*_trace.csv | tee "$O/gaps.txt"; else echo "no nsys on this machine"; fi ;;
+  lowkeys) # calibrated keys of 1-3 bits on the tensor cores (2026-11-30): the calibrated cases of check_fused_cuda.py (both kernels), Nsight Compute on Gemma's shape (cal:3,6 against cal:5,4), one call per scheme of Gemma's shape
+         timeout ${LIMIT:-200} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1; grep -E "kvq_turbo|failing|worst" "$O/check.log" | cut -c1-260 | tail -40
+         KERN="gemma 131072 cal:3,6;gemma 131072 cal:5,4;gemma 32768 cal:3,6;gemma 4096 cal:3,6" bash "$0" kern "$O"
+         timeout 200 python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer.log" 2>&1; grep -E "^\| [0-9]" "$O/layer.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

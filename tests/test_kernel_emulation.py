@@ -21,6 +21,8 @@ from mlx_kvq import attention as A
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.codecs import AffineCodec
 import mlx.core as mx
+import numpy as np
+from mlx_kvq.calibrated import CalibratedTurboCodec
 
 @pytest.mark.parametrize('case', E.CASES, ids=[c[0] for c in E.CASES])
 def test_emulated_kernel_matches_reference(case):
@@ -278,6 +280,22 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
         assert 'lean' in AK._decode_source(kp, vp, G, 'cuda')
         assert E.check(kc, vc, 1, 2, G, D, n, True) <= E.tolerance(kc, vc, G, D), (D, 'masked')
         monkeypatch.setattr(AK, 'CH_MAX', ch)
+
+def test_low_bit_calibrated_keys_take_tensor_cores():
+    """Calibrated keys of 1-3 bits (per-channel scales) take the tensor-core kernel, calibrated values of 1-3 bits keep the
+    SIMT one (`_mma_ok`): `auto:B` may plan 3-bit keys with 6-bit values at the bytes of 5 / 4 bits, and the SIMT kernel
+    took such a pair 2.8x as long on an H200. The emulated tensor-core kernel stays within its tolerance of the blockwise
+    reference for such pairs, folded, with codec means that do not fit the data (`calibrated`)"""
+    def calibrated(bits, seed, D):
+        rng = np.random.default_rng(seed)
+        return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                    outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
+    D = 128
+    for kb, vb in ((3, 6), (1, 5), (2, 8)):
+        kc, vc = calibrated(kb, 0, D), calibrated(vb, 1, D)
+        assert AK._mma_ok(A.side_plan(kc, D), A.side_plan(vc, D), 4), (kb, vb)
+        assert not AK._mma_ok(A.side_plan(vc, D), A.side_plan(kc, D), 4), (vb, kb)      # the same pair swapped: low-bit values
+        if kb == 3: assert E.check_final(kc, vc, 1, 1, 4, D, 1500, True, fold=True) <= E.final_tolerance(kc, vc, 4, D)
 
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
