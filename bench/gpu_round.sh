@@ -61,7 +61,7 @@
 #       calkern: NCUSHAPE= (empty) measures the issue's one-layer shape instead of Gemma's
 #       calcheck (the calibrated and mixed-codec cases of check_fused_cuda (both kernels) and check_decode_steps' calibrated configurations, in parallel, cut at LIMIT s)
 #       coldwarm (Gemma's shape at 131K: decode kernels L2-cold against warm, PF_WORDS=64, and one call per scheme rotating 0 / 64 / 512 MiB of caches: about 8 min)
-#       kern   (Nsight Compute ($CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';')
+#       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';')
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -327,13 +327,13 @@ case $part in
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
           pp=${PYTHONPATH:-}; case $shp in *@base) pp=$PWD/.kvq_base/old:${PYTHONPATH:-};; esac
           flag=; case $shp in gemma*) flag=--gemma;; esac
-          mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_${kn}_${CC:-none}" | tr -c 'A-Za-z0-9_\n' '_').txt"
-          PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${CC:-none} --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
+          mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_${kn}_${NCU_CC:-none}" | tr -c 'A-Za-z0-9_\n' '_').txt"
+          PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${NCU_CC:-none} --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
             --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx $flag $kn > "$f" 2>&1
-          grep -E "^    Duration|reference|Error|error" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/$shp $sc $ctx $kn${CC:+ (cache-control $CC)}: /" | tee -a "$O/kern.txt"; done ;;
+          grep -E "^    Duration|reference|Error|error" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/$shp $sc $ctx $kn${NCU_CC:+ (cache-control $NCU_CC)}: /" | tee -a "$O/kern.txt"; done ;;
   coldwarm) # Gemma's shape at 131K: the decode kernels with L2 flushed before each (cache-control all) against warm (none: what every earlier Gemma-shape figure was, its 33-38 MiB cache fits the H200's L2),
             # the calibrated kinds' loads kept PF tiles in flight at d256 (PF_WORDS=64, LB_FEW's registers), then one call per scheme rotating 0 / 64 / 512 MiB of caches
-         for cc in all none; do CC=$cc KERN="gemma 131072 turbo:4;gemma 131072 cal:5,4;gemma 131072 cal:5,4 PF_WORDS=64;gemma 131072 turbo:4 PF_WORDS=64" bash "$0" kern "$O/.."; done
+         for cc in all none; do NCU_CC=$cc KERN="gemma 131072 turbo:4;gemma 131072 cal:5,4;gemma 131072 cal:5,4 PF_WORDS=64;gemma 131072 turbo:4 PF_WORDS=64" bash "$0" kern "$O/.."; done
          for r in 0 64 512; do timeout 150 python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 32768 131072 --calls 8 --repeats 7 --rotate-mib $r > "$O/layer_rot$r.log" 2>&1
            grep -E "^\| [0-9]" "$O/layer_rot$r.log" | sed "s/^/rotate $r MiB: /"; done ;;
   timeline) # every GPU kernel of the bench's calls (bench/call_timeline.py, Gemma's shape, $CTX default 131072): plain wall times, then Nsight Compute on all kernels of one eval of 4 calls per scheme, then Nsight Systems' trace (start, duration) if it is installed

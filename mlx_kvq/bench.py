@@ -21,8 +21,8 @@ from .recipe import _is_embedded
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
 
 # %% auto #0
-__all__ = ['CALIB_RANDOM', 'MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench_calibration', 'bench', 'bench_table',
-           'bench_header', 'shape_args', 'shape_model', 'decode_bench', 'decode_table', 'run_bench']
+__all__ = ['CALIB_RANDOM', 'MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench_calibration', 'planned_labels', 'bench',
+           'bench_table', 'bench_header', 'shape_args', 'shape_model', 'decode_bench', 'decode_table', 'run_bench']
 
 # %% ../nbs/11b_bench.ipynb #40727240
 def _bench_scheme(text: str):
@@ -74,6 +74,19 @@ def bench_calibration(model, schemes, tokenizer=None, seed: int = 0):
     ids = [int(t) for t in mx.random.randint(0, vocab, (CALIB_RANDOM,), key=mx.random.key(seed + 104729)).tolist()]
     return dict(calib_tokens=ids), (f"auto:B planned on {CALIB_RANDOM:,} seeded random token ids (no tokenizer): its codecs measure "
                                     "speed here, not quality")
+
+def planned_labels(caches) -> str | None:
+    """The planner's labels of the key and value codecs of planned caches (`auto:B`), each pair with its number of layers
+    (e.g. 'keys tq3cso / values tq6cso (1 layer)'), or None if no cache carries a plan. A plan depends on its calibration
+    run, so the same `auto:B` may pick other widths on another device: the bench prints what it measured"""
+    pairs = {}
+    for c in caches:
+        plan, layer = getattr(c, 'plan', None), getattr(c, 'layer', None)
+        if plan is None or layer is None: continue
+        lab = (json.loads(plan) if isinstance(plan, str) else plan).get('layers', {}).get(str(layer), {}).get('labels')
+        if lab: pairs[tuple(lab)] = pairs.get(tuple(lab), 0) + 1
+    if not pairs: return None
+    return ", ".join(f"keys {k} / values {v} ({n} layer{'s' if n > 1 else ''})" for (k, v), n in sorted(pairs.items(), key=lambda kv: -kv[1]))
 
 def _state_arrays(cache):
     return [v for _, v in tree_flatten(cache.state) if isinstance(v, mx.array)]
@@ -151,7 +164,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
                              bits_per_value=bits_per_value(one, subject, shapes),
                              rel_error=err, ms_vs_fp16=None if fp16_ms is None else ms / fp16_ms,
                              smaller_than_fp16=None if fp16_bytes is None else fp16_bytes / nbytes, copies=copies,
-                             layers=len(layers)))
+                             layers=len(layers), codecs=planned_labels(one)))
             if progress: progress(rows[-1])
             del sets, filled, one
     return rows
@@ -354,6 +367,12 @@ def run_bench(args) -> int:
                  rotate_mib=args.rotate_mib, seed=args.seed, tokenizer=tokenizer, progress=lambda r: print(
                      f"  {r['context']:>7,} {r['scheme']:<12} {r['ms']:.3f} ms", file=sys.stderr, flush=True), **kw)
     print(bench_table(rows))
+    said = {}
+    for r in rows:
+        if r.get("codecs") and said.get(r["scheme"]) != r["codecs"]:
+            said[r["scheme"]] = r["codecs"]
+            print(f"\n{r['scheme']} measured these codecs (from {r['context']:,} tokens on): {r['codecs']} (the planner's labels: tqB = "
+                  "B-bit turbo, c centred, s scaled per channel, o an outlier band at more bits)")
     if any(_planned(s) for s in args.kv):
         print("\nThe rel. error of a planned (auto:B) row is against this benchmark's random keys, values and queries, which its "
               "calibrated codecs (per-channel centring and scales fitted to the model's own) were not made for: `mlx-kvq eval` "
