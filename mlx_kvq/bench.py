@@ -264,14 +264,14 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
         tps = steps / (time.perf_counter() - t0)
         for _ in gen: pass
         return tps
-    def held(caches): return sum(int(c.nbytes) for c in caches), bits_per_value(caches, model, shapes), len(caches)   # counted after a run
+    def held(caches): return sum(int(c.nbytes) for c in caches), bits_per_value(caches, model, shapes), len(caches), planned_labels(caches)   # counted after a run
     def row(context, name, tps, ref, kept):
         "A row of one scheme: median tokens/s over its rounds, the median of each round's ratio to that round's fp16 and their range"
         ratios = None if ref is None else [t / f for t, f in zip(tps, ref)]
         return dict(context=context, scheme=name, tokens_per_s=statistics.median(tps), tokens_per_s_rounds=tps,
                     vs_fp16=None if ratios is None else statistics.median(ratios), vs_fp16_min=None if ratios is None else min(ratios),
                     vs_fp16_max=None if ratios is None else max(ratios), nbytes=kept[0], bits_per_value=kept[1], steps=steps,
-                    layers=kept[2], rounds=len(tps))
+                    layers=kept[2], rounds=len(tps), codecs=kept[3])
     rows = []
     for context in contexts:
         context, ref = int(context), None
@@ -347,6 +347,15 @@ def _bench_arguments(p: argparse.ArgumentParser):
                         "(default: %(default)s: one pass, each scheme's caches freed before the next)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and the header to PATH as JSON")
 
+def _say_codecs(rows):
+    "Print, under a table, which codecs each planned row measured (`planned_labels`), once per scheme and plan"
+    said = {}
+    for r in rows:
+        if r.get("codecs") and said.get(r["scheme"]) != r["codecs"]:
+            said[r["scheme"]] = r["codecs"]
+            print(f"\n{r['scheme']} measured these codecs (from {r['context']:,} tokens on): {r['codecs']} (the planner's labels: tqB = "
+                  "B-bit turbo, c centred, s scaled per channel, o an outlier band at more bits)")
+
 def run_bench(args) -> int:
     "`mlx-kvq bench`: print the header line and the markdown table."
     for s in args.kv: _bench_scheme(s)                       # bad schemes fail before the model loads
@@ -367,12 +376,7 @@ def run_bench(args) -> int:
                  rotate_mib=args.rotate_mib, seed=args.seed, tokenizer=tokenizer, progress=lambda r: print(
                      f"  {r['context']:>7,} {r['scheme']:<12} {r['ms']:.3f} ms", file=sys.stderr, flush=True), **kw)
     print(bench_table(rows))
-    said = {}
-    for r in rows:
-        if r.get("codecs") and said.get(r["scheme"]) != r["codecs"]:
-            said[r["scheme"]] = r["codecs"]
-            print(f"\n{r['scheme']} measured these codecs (from {r['context']:,} tokens on): {r['codecs']} (the planner's labels: tqB = "
-                  "B-bit turbo, c centred, s scaled per channel, o an outlier band at more bits)")
+    _say_codecs(rows)
     if any(_planned(s) for s in args.kv):
         print("\nThe rel. error of a planned (auto:B) row is against this benchmark's random keys, values and queries, which its "
               "calibrated codecs (per-channel centring and scales fitted to the model's own) were not made for: `mlx-kvq eval` "
@@ -400,6 +404,7 @@ def _run_whole_model(args, dtype) -> int:
                         group_size=args.kv_group_size, seed=args.seed, rounds=args.rounds, tokenizer=tokenizer, progress=lambda r: print(
                             f"  {r['context']:>7,} {r['scheme']:<12} {r['tokens_per_s']:.1f} tok/s", file=sys.stderr, flush=True))
     print(decode_table(rows))
+    _say_codecs(rows)
     if args.json:
         with open(args.json, "w") as f: json.dump(dict(header=header, rows=rows), f, indent=1)
     return 0
