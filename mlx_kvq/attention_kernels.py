@@ -984,10 +984,11 @@ def _mma_ok(kplan, vplan, G):
     """Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8
     slices (a thread's codes then stay in one group); calibrated values of 4 bits or more (keys of any width)"""
     if G > 8: return False
-    # calibrated values (per-channel scales) of 1-3 bits: their half-precision tables' rounding adds up over the tokens
-    # (emulated: 2.1e-3 with 2-bit, 3.9e-3 with 3-bit values at 24K tokens, d128, against 0.8-1.0e-3 for 1-3-bit keys
-    # with values of 6-8 bits; tests/test_kernel_emulation.py::test_low_bit_calibrated_keys_take_tensor_cores)
-    if vplan.scale is not None and min(b.bits for b in vplan.bands) < 4: return False
+    # calibrated values (centred, or scaled per channel) of 1-3 bits: their half-precision tables' rounding adds up over
+    # the tokens where the codec's means do not fit the data (emulated at d128: 2.0e-3 for 2-bit values over 2,000 tokens,
+    # 2.9-3.9e-3 for 2-3-bit values, centred or scaled, over 24,000; 0.8-1.0e-3 for 1-3-bit keys with values of 6-8 bits;
+    # tests/test_kernel_emulation.py::test_low_bit_calibrated_keys_take_tensor_cores)
+    if (vplan.scale is not None or vplan.mean is not None) and min(b.bits for b in vplan.bands) < 4: return False
     for plan in (kplan, vplan):
         if not all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0 for b in plan.bands): return False
     return True

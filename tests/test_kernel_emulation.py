@@ -296,6 +296,9 @@ def test_low_bit_calibrated_keys_take_tensor_cores():
         assert AK._mma_ok(A.side_plan(kc, D), A.side_plan(vc, D), 4), (kb, vb)
         assert not AK._mma_ok(A.side_plan(vc, D), A.side_plan(kc, D), 4), (vb, kb)      # the same pair swapped: low-bit values
         if kb == 3: assert E.check_final(kc, vc, 1, 1, 4, D, 1500, True, fold=True) <= E.final_tolerance(kc, vc, 4, D)
+    centred = CalibratedTurboCodec(3, seed=1, mean=np.full(D, 0.2, np.float32), dim=D)      # centred only, no scales
+    assert not AK._mma_ok(A.side_plan(calibrated(6, 0, D), D), A.side_plan(centred, D), 4)   # as values: the SIMT kernel
+    assert AK._mma_ok(A.side_plan(centred, D), A.side_plan(calibrated(6, 0, D), D), 4)       # as keys: the tensor cores
 
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
