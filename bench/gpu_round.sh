@@ -349,6 +349,10 @@ case $part in
          timeout ${LIMIT:-200} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1; grep -E "kvq_turbo|failing|worst" "$O/check.log" | cut -c1-260 | tail -40
          KERN="gemma 131072 cal:3,6;gemma 131072 cal:5,4;gemma 32768 cal:3,6;gemma 4096 cal:3,6" bash "$0" kern "$O"
          timeout 200 python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer.log" 2>&1; grep -E "^\| [0-9]" "$O/layer.log" ;;
+  vtlo)  # VTLO (the calibrated values' table low parts, a third product per value fragment): decode kernels under Nsight Compute on Gemma's and the issue's shape, then the calibrated checks and the 24K decode steps with it on
+         KERN="gemma 131072 cal:5,4;gemma 131072 cal:5,4 VTLO=True;gemma 131072 cal:6,3;gemma 131072 cal:6,3 VTLO=True;gemma 32768 cal:5,4 VTLO=True;issue 131072 cal:5,4;issue 131072 cal:5,4 VTLO=True" bash "$0" kern "$O"
+         KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-200} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1; grep -E "^kvq_turbo|failing|worst" "$O/check.log" | cut -c1-200 | tail -40
+         KVQ_KNOBS="VTLO=True" timeout 200 python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; tail -4 "$O/steps.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

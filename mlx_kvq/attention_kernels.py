@@ -13,8 +13,8 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
-           'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4',
-           'RAWSC', 'LEAN_ANY', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO',
+           'IL4', 'RAWSC', 'LEAN_ANY', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -543,7 +543,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -988,7 +988,8 @@ def _mma_ok(kplan, vplan, G):
     # the tokens where the codec's means do not fit the data (emulated at d128: 2.0e-3 for 2-bit values over 2,000 tokens,
     # 2.9-3.9e-3 for 2-3-bit values, centred or scaled, over 24,000; 0.8-1.0e-3 for 1-3-bit keys with values of 6-8 bits;
     # tests/test_kernel_emulation.py::test_low_bit_calibrated_keys_take_tensor_cores)
-    if (vplan.scale is not None or vplan.mean is not None) and min(b.bits for b in vplan.bands) < 4: return False
+    if (vplan.scale is not None or vplan.mean is not None) and min(b.bits for b in vplan.bands) < 4 \
+            and not (VTLO and LEAN and _lean_ok(kplan, vplan)): return False   # VTLO: the lean value loop keeps the tables' low parts
     for plan in (kplan, vplan):
         if not all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0 for b in plan.bands): return False
     return True
@@ -1082,6 +1083,15 @@ def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None):
     v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]" if b.table is not None else f"(float){_field(arr, o, b.bits)}"
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
 
+def _lo_pair(x0, x1, out):
+    "Source: half2 `out` (already declared) of what rounding the floats x0, x1 to half precision leaves"
+    return f"{{ const float y0 = {x0}, y1 = {x1}; uint32_t t; float f0, f1; KVQ_H2(t, y0, y1); KVQ_H2F(f0, f1, t); KVQ_H2({out}, y0 - f0, y1 - f1); }}"
+
+def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep):
+    "Source: `out` = the half2 of the low parts (`VTLO`) of the two codes at bit `off` of `arr`: one lookup in the low-part pair table `lut` (<= 4 bits), else from the code table"
+    if b.bits <= 4: return _pair(b, tab, toff, lut, loff, arr, off, out, rep)
+    return f"uint32_t {out}; " + _lo_pair(f"{tab}[{toff} + {_field(arr, off, b.bits)}]", f"{tab}[{toff} + {_field(arr, off + b.bits, b.bits)}]", out)
+
 def _luts(plan):
     "Offsets of each band's pair table (bands of <= 4 bits: 2^(2 bits) half2 entries) and the total size"
     offs, t = [], 0
@@ -1089,9 +1099,17 @@ def _luts(plan):
         offs.append(t); t += (1 << 2 * b.bits) if b.bits <= 4 else 0
     return offs, max(t, 1)
 
-def _lut_fill(plan, toff, loffs, lut, tab, rep=None):
-    "Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side"
+def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False):
+    """Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side.
+    `lo` (`VTLO`): the table of what rounding each pair to half precision leaves (bands with code tables only)"""
     out = []
+    if lo:
+        for i, b in enumerate(plan.bands):
+            if b.bits > 4 or b.table is None: continue
+            M = (1 << b.bits) - 1
+            out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; "
+                       + _lo_pair(f"{tab}[{toff[i]} + (e & {M})]", f"{tab}[{toff[i]} + (e >> {b.bits})]", 'x') + f" {lut}[{loffs[i] * rep} + i] = x; }}")
+        return '\n    '.join(out)
     for i, b in enumerate(plan.bands):
         if b.bits > 4: continue
         M = (1 << b.bits) - 1
@@ -1385,6 +1403,7 @@ PF = 2                   # lean loops: tiles of loads in flight per warp ahead o
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
 QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
+VTLO = False             # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits may take the tensor cores (`_mma_ok`); unmeasured on a GPU
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
@@ -1418,12 +1437,20 @@ def _stage_bytes(kplan, vplan):
     rows = _stage_sides(kplan, vplan)
     return 4 * _NW * STG * 16 * max(rows.values()) if rows else 0
 
+def _vtlo(vplan):
+    "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
+    return VTLO and (vplan.mean is not None or vplan.scale is not None)
+
+def _vlo_words(vplan):
+    "Words of the values' low-part pair table (`_vtlo`, bands of tables with <= 4 bits: the pair table's layout), 0 if none"
+    return _luts(vplan)[1] if _vtlo(vplan) and any(b.table is not None and b.bits <= 4 for b in vplan.bands) else 0
+
 def _lean_rep(kplan, vplan, G, staged=0):
     """Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async
     stages included; at most REP), 0 if not even one: within the static limit, or with DYNLUT (tables in dynamic shared
     memory) within DYN_BUDGET for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
-    L = KL if _lut_shared(kplan, vplan) else KL + VL
+    L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
     base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G   # + the warps' softmax statistics (`WSM`)
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
@@ -1686,20 +1713,26 @@ def _lean_values(vplan, G, rep, carry=False):
         elif aff:
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
+        lo = _vtlo(vplan) and not aff   # the tables' low parts: a third product per fragment (low parts times the weights' high parts)
         for mt in range(2 * ns):
-            regs = []
+            regs, lows = [], []
             f = 'f' if aff else ''
             if il:   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s even / odd channel of this step, r = 2 / 3 the pair (2, 3)'s
                 for r in range(4):
-                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"{'io' if r & 1 else 'ie'}{r >> 1}", 8 * mt, f"h{r}", rep))
-                frag = "{h0, h1, h2, h3}"
+                    arr = f"{'io' if r & 1 else 'ie'}{r >> 1}"
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], arr, 8 * mt, f"h{r}", rep))
+                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], arr, 8 * mt, f"l{r}", rep))
+                frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
             else:
                 for e in range(4):
                     regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep))
+                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"l{e}", rep))
                     if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
                 frag = (f"{{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
-            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''} }}")
+                lfrag = "{KVQ_PRMT(l0, l1, 0x5410), KVQ_PRMT(l0, l1, 0x7632), KVQ_PRMT(l2, l3, 0x5410), KVQ_PRMT(l2, l3, 0x7632)}"
+            third = f" {{ {' '.join(lows)} const uint32_t al[4] = {lfrag}; KVQ_MMA(acc[{MT}], al, bh0, bh1); }}" if lo else ''
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''}{third} }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1
@@ -1833,17 +1866,21 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     wsm = _wsm_ok(VNS, G)   # (`carry` only where `_bmerge_ok`, which implies it)
     luts = f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else ''
-    tw = rep * (KL if share else KL + VL)   # the pair tables' words
+    VLL = _vlo_words(vplan)   # the values' low-part pair table (VTLO)
+    tw = rep * ((KL if share else KL + VL) + VLL)   # the pair tables' words
     if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
         luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn;\n    "
-                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {KL * rep};"))
-    else: luts += f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
+                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {KL * rep};")
+                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {(KL if share else KL + VL) * rep};" if VLL else ""))
+    else: luts += (f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
+                   + (f"\n    KVQ_SHARED uint32_t vlutl[{VLL * rep}];" if VLL else ""))
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
+    if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
     head = _mma_head(G, KNS, VNS, tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
-    const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));
+    const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}
     {_lean_rows(kplan, vplan)}
 {_qload(kplan, vplan, G, qprep)}    {fill}
     KVQ_SYNC();

@@ -300,6 +300,32 @@ def test_low_bit_calibrated_keys_take_tensor_cores():
     assert not AK._mma_ok(A.side_plan(calibrated(6, 0, D), D), A.side_plan(centred, D), 4)   # as values: the SIMT kernel
     assert AK._mma_ok(A.side_plan(centred, D), A.side_plan(calibrated(6, 0, D), D), 4)       # as keys: the tensor cores
 
+def test_value_tables_low_parts(monkeypatch):
+    """`VTLO`: the lean value loop adds the code tables' low parts (a third product per fragment) for calibrated values,
+    whose half-precision tables otherwise cost up to 2-4e-3 over long contexts where the codec's means do not fit the data
+    (as the check's random ones do): the error falls, 3-bit values may take the tensor cores, and plain turbo values
+    (no means or scales) keep the kernel they had. Covers the pair-table path (3 bits), the 4-bit one and wider bands (5)"""
+    D = 128
+    def calibrated(bits, seed):
+        rng = np.random.default_rng(seed)
+        return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                    outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
+    tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
+    plain = AK._decode_source(tk, tv, 4, 'cuda', fold='rot')
+    for kb, vb in ((6, 3), (5, 4)):
+        kc, vc = calibrated(kb, 0), calibrated(vb, 1)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        monkeypatch.setattr(AK, 'VTLO', False)
+        assert AK._mma_ok(kp, vp, 4) == (vb >= 4)
+        monkeypatch.setattr(AK, '_mma_ok', lambda *a: True)      # both ways through the tensor-core kernel (its float32 partials: no output rounding)
+        off = E.check(kc, vc, 1, 2, 4, D, 1500, True)
+        monkeypatch.undo(); monkeypatch.setattr(AK, 'VTLO', True)
+        assert AK._mma_ok(kp, vp, 4) and ('vlutl' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')) == (vb <= 4)
+        on = E.check(kc, vc, 1, 2, 4, D, 1500, True)
+        assert on <= 0.7 * off, (kb, vb, off, on)
+        if vb == 3: assert E.check_final(kc, vc, 1, 2, 4, D, 1500, False, fold=True) <= E.final_tolerance(kc, vc, 4, D)   # folded, as CUDA launches it
+    assert AK._decode_source(tk, tv, 4, 'cuda', fold='rot') == plain   # turbo values: the same kernel with VTLO on
+
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
     that are wholly masked (the first ones: the running max starts at -inf; one group of threads may see only such
