@@ -7,7 +7,8 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
     ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
 
 32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape; `--gemma`: 4 query / 1 KV head, head dim 256, the
-embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
+embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], `auto:B` (the codecs `mlx-kvq bench` plans for this shape on this
+device, printed: what its rows measure), and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
 (per-channel mean and scale, an outlier band of dim / 8 channels at one bit more). Arguments after N set kernel knobs of
 `attention_kernels` (e.g. `LEAN=False PCH=2`); `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
 on purpose) past the first-use check so that its duration can be measured.
@@ -34,9 +35,16 @@ if scheme == "fp16":
     k, v = mx.random.normal((B, Hkv, n, D)).astype(dt), mx.random.normal((B, Hkv, n, D)).astype(dt)
     for _ in range(6): mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5))
 else:
-    bits = [int(b) for b in scheme.split(":")[1].split(",")]
+    if scheme.startswith("auto:"):   # the codecs `mlx-kvq bench` plans for this shape on this device (seeded random ids), as its rows measure them
+        from mlx_kvq.bench import bench_caches, _bench_scheme, layer_model, bench_calibration, planned_labels
+        subject = layer_model(Hkv * G, Hkv, D)
+        c = [x for x in bench_caches(subject, _bench_scheme(scheme), **bench_calibration(subject, [scheme], None, 0)[0]) if x is not None][0]
+        print("planned:", planned_labels([c]), flush=True)
+        bits = [0]
+    else: bits = [int(b) for b in scheme.split(":")[1].split(",")]
     kb, vb = bits[0], bits[-1]
-    if scheme.startswith("cal"):
+    if scheme.startswith("auto:"): pass
+    elif scheme.startswith("cal"):
         import numpy as np
         from mlx_kvq.calibrated import CalibratedTurboCodec
         rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse, datetime, importlib, json, math, os, platform, statistics, sys, time
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache as lm_make_prompt_cache, can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.generate import generate_step
@@ -35,12 +35,19 @@ def _bench_scheme(text: str):
         return ("mlx-lm", int(b))
     return str(parse_scheme(t))
 
-def layer_model(n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128):
-    "A one-layer mlx-lm llama with that attention shape (weights never evaluated: only its caches are used)."
+def layer_model(n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, seed: int = 0):
+    """A one-layer mlx-lm llama with that attention shape. Its caches are what the bench times; its weights matter only
+    where `auto:B` plans on it (calibration runs the model), so they are drawn from `seed` (the same model, hence the
+    same plan on one device, every run; mlx-lm's own initialisation follows the global random state)"""
     if n_heads % n_kv_heads: raise CliError(f"query heads ({n_heads}) must be a multiple of KV heads ({n_kv_heads})")
-    return llama.Model(llama.ModelArgs(model_type="llama", hidden_size=n_heads * head_dim, num_hidden_layers=1,
-                                       intermediate_size=8, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                                       head_dim=head_dim, rms_norm_eps=1e-5, vocab_size=8))
+    m = llama.Model(llama.ModelArgs(model_type="llama", hidden_size=n_heads * head_dim, num_hidden_layers=1,
+                                    intermediate_size=8, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                                    head_dim=head_dim, rms_norm_eps=1e-5, vocab_size=8))
+    flat = [(k, v) for k, v in tree_flatten(m.parameters()) if v.ndim == 2]   # the matrices; the norms' weights are ones
+    keys = mx.random.split(mx.random.key(seed), max(len(flat), 2))
+    m.update(tree_unflatten([(k, mx.random.uniform(-v.shape[-1] ** -0.5, v.shape[-1] ** -0.5, v.shape, key=keys[i]).astype(v.dtype))
+                             for i, (k, v) in enumerate(flat)]))
+    return m
 
 def _query_heads(model, n_kv):
     a = getattr(model, "args", None)
@@ -118,7 +125,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
         if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
     for name, v in (("calls", calls), ("repeats", repeats)):
         if v < 1: raise CliError(f"--{name} must be 1 or more, got {v}")
-    subject = layer_model(n_heads, n_kv_heads, head_dim) if model is None else model
+    subject = layer_model(n_heads, n_kv_heads, head_dim, seed) if model is None else model
     if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     shapes = probe_kv_shapes(subject) or {}
     layers = [(int(p), shp[:3]) for p, (_, shp) in shapes.items() if shp is not None and p.isdigit()]
@@ -369,7 +376,7 @@ def run_bench(args) -> int:
     kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
               repeats=args.repeats)
     header = bench_header(model=args.model, **kw)
-    note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim) if model is None else model, args.kv, tokenizer, args.seed)[1]
+    note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim, args.seed) if model is None else model, args.kv, tokenizer, args.seed)[1]
     if note: header += f"; {note}"
     print(header, flush=True)
     rows = bench(args.kv, args.context, model=model, group_size=args.kv_group_size, warmup=args.warmup,
