@@ -22,6 +22,10 @@ p.add_argument("--context", type=int, default=131072)
 p.add_argument("--heads", type=int, default=4); p.add_argument("--kv-heads", type=int, default=1); p.add_argument("--head-dim", type=int, default=256)
 p.add_argument("--calls", type=int, default=8); p.add_argument("--evals", type=int, default=2)
 a = p.parse_args()
+from mlx_kvq.cli import CliError
+for s in a.schemes:                              # a bad scheme fails before any cache is filled
+    try: _bench_scheme(s)
+    except (CliError, ValueError) as e: p.error(str(e))
 try: cuda = ctypes.CDLL("libcuda.so.1")
 except OSError: cuda = None                      # no GPU driver here: the regions are only timed
 subject = layer_model(a.heads, a.kv_heads, a.head_dim)

@@ -127,7 +127,12 @@ if __name__ == '__main__':
     ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
     ap.add_argument('--fold', action='store_true', help='the kernels that finish the attention themselves (`FOLD`), as the final path launches them on CUDA')
     ap.add_argument('--cal', action='store_true', help="also the calibrated codec kinds `auto:5` plans (`cal:5,4` of bench/ncu_decode.py: 5 / 4 bits, an outlier band of dim / 8 channels at one bit more) at d128 and d256")
-    ap.add_argument('--cal-bits', nargs='+', default=['5,4'], metavar='K,V', help="with --cal: the key and value bits of the calibrated kinds (e.g. 5,4 3,6: `auto:5` plans either, at the same bytes)")
+    def kv_bits(t):
+        k, _, v = t.partition(',')
+        if not (k.isdigit() and v.isdigit() and 1 <= int(k) <= 8 and 1 <= int(v) <= 8):
+            raise argparse.ArgumentTypeError(f"{t!r}: give key and value bits 1-8 as K,V (e.g. 3,6)")
+        return t
+    ap.add_argument('--cal-bits', nargs='+', type=kv_bits, default=['5,4'], metavar='K,V', help="with --cal: the key and value bits of the calibrated kinds (e.g. 5,4 3,6: `auto:5` plans either, at the same bytes)")
     ap.add_argument('--only', default=None, help='only the configurations whose label contains this text')
     args = ap.parse_args()
     for kv in args.set:
@@ -142,6 +147,7 @@ if __name__ == '__main__':
                                         outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
         configs += [(f'cal:{kv}', cal(int(kv.split(',')[0]), 0, D), cal(int(kv.split(',')[1]), 1, D), 4, D) for kv in args.cal_bits for D in (128, 256)]
     if args.only: configs = [c for c in configs if args.only in f'{c[0]} D{c[4]}']
+    if not configs: ap.error(f"--only {args.only!r} matches no configuration (labels like 'turbo:4 D128', 'cal:5,4 D256' with --cal)")
     for label, kc, vc, G, D in configs:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)

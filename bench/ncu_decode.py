@@ -35,16 +35,14 @@ if scheme == "fp16":
     k, v = mx.random.normal((B, Hkv, n, D)).astype(dt), mx.random.normal((B, Hkv, n, D)).astype(dt)
     for _ in range(6): mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5))
 else:
-    if scheme.startswith("auto:"):   # the codecs `mlx-kvq bench` plans for this shape on this device (seeded random ids), as its rows measure them
+    if scheme.startswith("auto:"):   # the codecs `mlx-kvq bench` plans for this shape on this device (seeded), as its rows measure them
         from mlx_kvq.bench import bench_caches, _bench_scheme, layer_model, bench_calibration, planned_labels
         subject = layer_model(Hkv * G, Hkv, D)
         c = [x for x in bench_caches(subject, _bench_scheme(scheme), **bench_calibration(subject, [scheme], None, 0)[0]) if x is not None][0]
         print("planned:", planned_labels([c]), flush=True)
-        bits = [0]
-    else: bits = [int(b) for b in scheme.split(":")[1].split(",")]
-    kb, vb = bits[0], bits[-1]
-    if scheme.startswith("auto:"): pass
     elif scheme.startswith("cal"):
+        bits = [int(b) for b in scheme.split(":")[1].split(",")]
+        kb, vb = bits[0], bits[-1]
         import numpy as np
         from mlx_kvq.calibrated import CalibratedTurboCodec
         rng = np.random.default_rng(0)
@@ -53,7 +51,10 @@ else:
                                         scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
                                         outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
         c = CodecKVCache(cal(kb, 0), cal(vb, 1))
-    else: c = TurboQuantKVCache(kb, vb) if scheme.startswith("turbo") else CodecKVCache(AffineCodec(kb), AffineCodec(vb))
+    else:
+        bits = [int(b) for b in scheme.split(":")[1].split(",")]
+        kb, vb = bits[0], bits[-1]
+        c = TurboQuantKVCache(kb, vb) if scheme.startswith("turbo") else CodecKVCache(AffineCodec(kb), AffineCodec(vb))
     for s in range(0, n - 1, 8192):
         m = min(8192, n - 1 - s)
         c.update_and_fetch(mx.random.normal((B, Hkv, m, D)).astype(dt), mx.random.normal((B, Hkv, m, D)).astype(dt))

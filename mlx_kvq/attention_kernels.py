@@ -1084,8 +1084,8 @@ def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None):
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
 
 def _lo_pair(x0, x1, out):
-    "Source: half2 `out` (already declared) of what rounding the floats x0, x1 to half precision leaves"
-    return f"{{ const float y0 = {x0}, y1 = {x1}; uint32_t t; float f0, f1; KVQ_H2(t, y0, y1); KVQ_H2F(f0, f1, t); KVQ_H2({out}, y0 - f0, y1 - f1); }}"
+    "Source: half2 `out` (already declared) of what rounding the floats x0, x1 to half precision leaves (`_split`'s low part)"
+    return f"{{ {_split(x0, x1, 'kvq_th', 'kvq_tl')} {out} = kvq_tl; }}"
 
 def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep):
     "Source: `out` = the half2 of the low parts (`VTLO`) of the two codes at bit `off` of `arr`: one lookup in the low-part pair table `lut` (<= 4 bits), else from the code table"
@@ -1103,19 +1103,15 @@ def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False):
     """Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side.
     `lo` (`VTLO`): the table of what rounding each pair to half precision leaves (bands with code tables only)"""
     out = []
-    if lo:
-        for i, b in enumerate(plan.bands):
-            if b.bits > 4 or b.table is None: continue
-            M = (1 << b.bits) - 1
-            out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; "
-                       + _lo_pair(f"{tab}[{toff[i]} + (e & {M})]", f"{tab}[{toff[i]} + (e >> {b.bits})]", 'x') + f" {lut}[{loffs[i] * rep} + i] = x; }}")
-        return '\n    '.join(out)
     for i, b in enumerate(plan.bands):
-        if b.bits > 4: continue
+        if b.bits > 4 or lo and b.table is None: continue
         M = (1 << b.bits) - 1
         v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
         if rep is None: out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
-        else: out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; KVQ_H2(x, {v(f'e & {M}')}, {v(f'e >> {b.bits}')}); {lut}[{loffs[i] * rep} + i] = x; }}")
+        else:
+            x0, x1 = v(f'e & {M}'), v(f'e >> {b.bits}')
+            put = _lo_pair(x0, x1, 'x') if lo else f"KVQ_H2(x, {x0}, {x1});"
+            out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; {put} {lut}[{loffs[i] * rep} + i] = x; }}")
     return '\n    '.join(out)
 
 _SCS = {}                # while a source is generated with SCAL: side -> (scalars per token, each band's offset)

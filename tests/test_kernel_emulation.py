@@ -286,10 +286,7 @@ def test_low_bit_calibrated_keys_take_tensor_cores():
     SIMT one (`_mma_ok`): `auto:B` may plan 3-bit keys with 6-bit values at the bytes of 5 / 4 bits, and the SIMT kernel
     took such a pair 2.8x as long on an H200. The emulated tensor-core kernel stays within its tolerance of the blockwise
     reference for such pairs, folded, with codec means that do not fit the data (`calibrated`)"""
-    def calibrated(bits, seed, D):
-        rng = np.random.default_rng(seed)
-        return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                    outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
+    calibrated = E.calibrated
     D = 128
     for kb, vb in ((3, 6), (1, 5), (2, 8)):
         kc, vc = calibrated(kb, 0, D), calibrated(vb, 1, D)
@@ -306,10 +303,7 @@ def test_value_tables_low_parts(monkeypatch):
     (as the check's random ones do): the error falls, 3-bit values may take the tensor cores, and plain turbo values
     (no means or scales) keep the kernel they had. Covers the pair-table path (3 bits), the 4-bit one and wider bands (5)"""
     D = 128
-    def calibrated(bits, seed):
-        rng = np.random.default_rng(seed)
-        return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                    outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
+    calibrated = lambda bits, seed: E.calibrated(bits, seed, D)
     tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
     plain = AK._decode_source(tk, tv, 4, 'cuda', fold='rot')
     for kb, vb in ((6, 3), (5, 4)):
