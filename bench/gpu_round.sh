@@ -79,6 +79,10 @@
 #       hostinputs (bench/host_inputs_cuda.py: an empty custom kernel's host cost by its number of inputs, a contiguous, a slice update, a slice: about 1 min)
 #       qstagemodel (the whole model with CodecKVCache.stage 0 / 32, fp16 beside each, 2 rounds: about 6 min)
 #       stagemodel (whole model, fp16 / turbo:4 / affine:4, CodecKVCache.stage=0 vs 32 alternating, 48 steps, 2 rounds: about 9 min)
+#       vtlo2  (VTLO: Nsight Compute of the calibrated decode kernels with and without it (Gemma's shape cal:5,4 / cal:3,6 / cal:3,2, the issue's cal:5,4), then `mlx-kvq bench` on Gemma's shape through bench/kvq_knobs.py, VTLO off and on: about 8 min)
+#       vtloprobe (VTLO's first-use check at the issue's shape by context and knobs: about 3 min)
+#       exact  (the first-use check's error against the exact float32 reference for every kind of decode kernel at 131K, then Gemma's shape per call and auto:5's GPU plan's kernel with / without VTLO: about 8 min)
+#       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
 ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, warm caches, two launches) per knob set, turbo:4 then affine:4
@@ -353,6 +357,25 @@ case $part in
          KERN="gemma 131072 cal:5,4;gemma 131072 cal:5,4 VTLO=True;gemma 131072 cal:6,3;gemma 131072 cal:6,3 VTLO=True;gemma 32768 cal:5,4 VTLO=True;issue 131072 cal:5,4;issue 131072 cal:5,4 VTLO=True" bash "$0" kern "$O"
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-200} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1; grep -E "^kvq_turbo|failing|worst" "$O/check.log" | cut -c1-200 | tail -40
          KVQ_KNOBS="VTLO=True" timeout 200 python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; tail -4 "$O/steps.log" ;;
+  vtlo2) # VTLO on the GPU, kernels and calls: Nsight Compute (Gemma's shape: cal:5,4 / cal:3,6 / cal:3,2 (auto:3's kinds) with and without VTLO; the issue's shape cal:5,4), then one call of Gemma's shape per scheme through `mlx-kvq bench` (its plan printed) without and with VTLO
+         KERN="gemma 131072 cal:5,4;gemma 131072 cal:5,4 VTLO=True;gemma 131072 cal:3,6;gemma 131072 cal:3,2;gemma 131072 cal:3,2 VTLO=True;issue 131072 cal:5,4;issue 131072 cal:5,4 VTLO=True" bash "$0" kern "$O"
+         for k in "VTLO=False" "VTLO=True"; do KVQ_KNOBS="$k" timeout 170 python3 bench/kvq_knobs.py bench --kv fp16 auto:5 auto:3 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer_$k.log" 2>&1
+           grep -E "^knobs|^\| [0-9]|planned|codecs" "$O/layer_$k.log"; done ;;
+  vtloprobe) # where VTLO's first-use check fails (the issue's shape, cal:5,4 at 131K, 2026-11-30): bench/ncu_decode.py's calls without Nsight, by context and knobs; a "disagrees" line is a failure
+         for line in "cal:5,4 131072 VTLO=True" "cal:5,4 131072 VTLO=True LB=2" "cal:5,4 131072 VTLO=True LB_FEW=0" "cal:5,4 32768 VTLO=True" "cal:5,4 8192 VTLO=True" "cal:5,4 131072 VTLO=True BMERGE=False" "cal:5,4 131072" "cal:4,3 131072 VTLO=True" "cal:5,4 131072 VTLO=True FOLD=0"; do
+           r=$(timeout 90 python3 bench/ncu_decode.py $line --say-error 2>&1 | grep -E "first-use|disagrees|done|Error" | sed -E 's/ for \(.*//' | paste -sd' '); echo "$line: $r" | tee -a "$O/probe.txt"; done ;;
+  exact) # the first-use check's error against the exact float32 reference (the CPU stream: attention._final_oracle since 2026-11-30) for every kind of decode kernel, then Gemma's shape per call (VTLO on by default) and the kernel of auto:5's GPU plan with and without VTLO
+         IFS=';' read -ra LINES <<< "${EXACT:-issue turbo:4 131072;issue turbo:3 131072;issue affine:4 131072;issue affine:8,4 131072;issue cal:5,4 131072;issue cal:5,4 131072 VTLO=False;issue cal:3,6 131072;gemma turbo:4 131072;gemma cal:5,4 131072;gemma cal:5,4 131072 VTLO=False;gemma cal:3,2 131072;gemma auto:5 131072;issue cal:5,4 4096;issue turbo:4 4096}"
+         for line in "${LINES[@]}"; do
+           set -- $line; shp=$1; shift; flag=; [ $shp = gemma ] && flag=--gemma
+           r=$(timeout 90 python3 bench/ncu_decode.py "$@" $flag --say-error 2>&1 | grep -E "planned|first-use|disagrees|done|Error" | sed -E 's/ for \(.*//' | paste -sd' '); echo "$line: $r" | tee -a "$O/exact.txt"; done
+         [ -n "${EXACT:-}" ] && exit 0
+         timeout 170 python3 -m mlx_kvq bench --kv fp16 auto:5 auto:3 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer.log" 2>&1; grep -E "^\| [0-9]|measured these|disagrees" "$O/layer.log"
+         KERN="gemma 131072 cal:3,6;gemma 131072 cal:3,6 VTLO=False" bash "$0" kern "$O" ;;
+  vtlochk) # VTLO's GPU checks: the calibrated cases of check_fused_cuda.py (both kernels) and check_decode_steps' 24K calibrated configuration, in parallel
+         KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
+         KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
+         grep -E "^kvq_turbo|failing|worst" "$O/check.log" | cut -c1-200 | tail -40; tail -4 "$O/steps.log" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -10,7 +10,7 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
 embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], `auto:B` (the codecs `mlx-kvq bench` plans for this shape on this
 device, printed: what its rows measure), and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
 (per-channel mean and scale, an outlier band of dim / 8 channels at one bit more). Arguments after N set kernel knobs of
-`attention_kernels` (e.g. `LEAN=False PCH=2`); `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
+`attention_kernels` (e.g. `LEAN=False PCH=2`); `--say-error` prints the first-use check's error, passed or not; `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
 on purpose) past the first-use check so that its duration can be measured.
 """
 import sys
@@ -22,12 +22,20 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
 
-argv = [a for a in sys.argv[1:] if a not in ('--unchecked', '--gemma')]
+argv = [a for a in sys.argv[1:] if a not in ('--unchecked', '--gemma', '--say-error')]
 scheme, n = argv[0], int(argv[1])
 from knobs import apply_knobs; apply_knobs(argv[2:])   # knobs of attention_kernels, attention or packing, e.g. LEAN=False PCH=2 DEVICE_CONSTANTS=False
 if '--unchecked' in sys.argv:   # diagnostics only (`_DIAG`): the first-use check accepts a kernel whatever it returns, so a wrong-on-purpose variant runs
     from mlx_kvq import attention as A
     A._agree_final = lambda *a: None
+if '--say-error' in sys.argv:   # print the first-use check's error of every fused configuration, passed or not
+    from mlx_kvq import attention as A
+    _agree = A._agree_final
+    def _say(out, ref, *a):
+        err = mx.abs(out.astype(mx.float32) - ref.astype(mx.float32)).max().item(); top = mx.abs(ref.astype(mx.float32)).max().item()
+        print(f"first-use check: max error {err:.3g}, scale {top:.3g}, relative {err / top:.3g}", flush=True)
+        return _agree(out, ref, *a)
+    A._agree_final = _say
 B, Hkv, G, D = (1, 1, 4, 256) if '--gemma' in sys.argv else (1, 8, 4, 128)
 dt = mx.float16
 q = mx.random.normal((B, Hkv * G, 1, D)).astype(dt)

@@ -982,7 +982,7 @@ def _per_block(kplan, vplan, G, backend, half=True):
 
 def _mma_ok(kplan, vplan, G):
     """Whether the tensor-core kernel takes a configuration: at most 8 query heads per KV head; affine bands of 1, 2, 4 or 8
-    slices (a thread's codes then stay in one group); calibrated values of 4 bits or more (keys of any width)"""
+    slices (a thread's codes then stay in one group); calibrated values of 1-3 bits only with `VTLO` (on by default; keys of any width)"""
     if G > 8: return False
     # calibrated values (centred, or scaled per channel) of 1-3 bits: their half-precision tables' rounding adds up over
     # the tokens where the codec's means do not fit the data (emulated at d128: 2.0e-3 for 2-bit values over 2,000 tokens,
@@ -1399,7 +1399,7 @@ PF = 2                   # lean loops: tiles of loads in flight per warp ahead o
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
 QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
-VTLO = False             # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits may take the tensor cores (`_mma_ok`); unmeasured on a GPU
+VTLO = True              # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits take the tensor cores (`_mma_ok`). H200, 2026-11-30 (`bench/h200_20261130b/`): the 24K calibrated decode steps 5.5e-4 with it (3.1-3.3e-3 without, earlier runs), Gemma's shape at 131K cal:5,4 62 -> 70-71 us, cal:3,2 125 us (SIMT) -> 52-57 us; False: tables rounded to float16 (calibrated values under 4 bits on the SIMT kernel)
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 

@@ -281,21 +281,25 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
         assert E.check(kc, vc, 1, 2, G, D, n, True) <= E.tolerance(kc, vc, G, D), (D, 'masked')
         monkeypatch.setattr(AK, 'CH_MAX', ch)
 
-def test_low_bit_calibrated_keys_take_tensor_cores():
-    """Calibrated keys of 1-3 bits (per-channel scales) take the tensor-core kernel, calibrated values of 1-3 bits keep the
-    SIMT one (`_mma_ok`): `auto:B` may plan 3-bit keys with 6-bit values at the bytes of 5 / 4 bits, and the SIMT kernel
-    took such a pair 2.8x as long on an H200. The emulated tensor-core kernel stays within its tolerance of the blockwise
-    reference for such pairs, folded, with codec means that do not fit the data (`calibrated`)"""
+def test_low_bit_calibrated_keys_take_tensor_cores(monkeypatch):
+    """Calibrated keys of 1-3 bits (per-channel scales) take the tensor-core kernel; calibrated values of 1-3 bits do so
+    only with `VTLO` (on by default: the tables' low parts kept), else they keep the SIMT one (`_mma_ok`): `auto:B` may
+    plan 3-bit keys with 6-bit values at the bytes of 5 / 4 bits, and the SIMT kernel took such a pair 2.8x as long on an
+    H200. The emulated tensor-core kernel stays within its tolerance of the blockwise reference for such pairs, folded,
+    with codec means that do not fit the data (`calibrated`)"""
     calibrated = E.calibrated
     D = 128
-    for kb, vb in ((3, 6), (1, 5), (2, 8)):
-        kc, vc = calibrated(kb, 0, D), calibrated(vb, 1, D)
-        assert AK._mma_ok(A.side_plan(kc, D), A.side_plan(vc, D), 4), (kb, vb)
-        assert not AK._mma_ok(A.side_plan(vc, D), A.side_plan(kc, D), 4), (vb, kb)      # the same pair swapped: low-bit values
-        if kb == 3: assert E.check_final(kc, vc, 1, 1, 4, D, 1500, True, fold=True) <= E.final_tolerance(kc, vc, 4, D)
     centred = CalibratedTurboCodec(3, seed=1, mean=np.full(D, 0.2, np.float32), dim=D)      # centred only, no scales
-    assert not AK._mma_ok(A.side_plan(calibrated(6, 0, D), D), A.side_plan(centred, D), 4)   # as values: the SIMT kernel
-    assert AK._mma_ok(A.side_plan(centred, D), A.side_plan(calibrated(6, 0, D), D), 4)       # as keys: the tensor cores
+    assert AK.VTLO   # the default
+    for vtlo in (False, True):
+        monkeypatch.setattr(AK, 'VTLO', vtlo)
+        for kb, vb in ((3, 6), (1, 5), (2, 8)):
+            kc, vc = calibrated(kb, 0, D), calibrated(vb, 1, D)
+            assert AK._mma_ok(A.side_plan(kc, D), A.side_plan(vc, D), 4), (kb, vb)
+            assert AK._mma_ok(A.side_plan(vc, D), A.side_plan(kc, D), 4) == vtlo, (vb, kb)      # the same pair swapped: low-bit values
+            if kb == 3 and vtlo: assert E.check_final(kc, vc, 1, 1, 4, D, 1500, True, fold=True) <= E.final_tolerance(kc, vc, 4, D)
+        assert AK._mma_ok(A.side_plan(calibrated(6, 0, D), D), A.side_plan(centred, D), 4) == vtlo   # as values: the SIMT kernel without VTLO
+        assert AK._mma_ok(A.side_plan(centred, D), A.side_plan(calibrated(6, 0, D), D), 4)           # as keys: the tensor cores
 
 def test_value_tables_low_parts(monkeypatch):
     """`VTLO`: the lean value loop adds the code tables' low parts (a third product per fragment) for calibrated values,
