@@ -82,6 +82,7 @@
 #       vtlo2  (VTLO: Nsight Compute of the calibrated decode kernels with and without it (Gemma's shape cal:5,4 / cal:3,6 / cal:3,2, the issue's cal:5,4), then `mlx-kvq bench` on Gemma's shape through bench/kvq_knobs.py, VTLO off and on: about 8 min)
 #       vtloprobe (VTLO's first-use check at the issue's shape by context and knobs: about 3 min)
 #       exact  (the first-use check's error against the exact float32 reference for every kind of decode kernel at 131K, then Gemma's shape per call and auto:5's GPU plan's kernel with / without VTLO: about 8 min)
+#       hltab  (HLTAB off / on: Nsight Compute of the calibrated decode kernels at 131K, the first-use check's error against the exact result, calibrated GPU checks and decode steps with it on: about 8 min)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -372,6 +373,12 @@ case $part in
          [ -n "${EXACT:-}" ] && exit 0
          timeout 170 python3 -m mlx_kvq bench --kv fp16 auto:5 auto:3 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/layer.log" 2>&1; grep -E "^\| [0-9]|measured these|disagrees" "$O/layer.log"
          KERN="gemma 131072 cal:3,6;gemma 131072 cal:3,6 VTLO=False" bash "$0" kern "$O" ;;
+  hltab) # HLTAB (VTLO's wide value bands read high and low halves from one table): Nsight Compute on Gemma's shape (cal:3,6, auto:5's plan there, and cal:5,4) and the issue's cal:5,4, off / on; then the calibrated GPU checks and decode steps with it on, in parallel
+         KERN="gemma 131072 cal:3,6;gemma 131072 cal:3,6 HLTAB=True;gemma 131072 cal:5,4;gemma 131072 cal:5,4 HLTAB=True;issue 131072 cal:5,4;issue 131072 cal:5,4 HLTAB=True;gemma 131072 cal:3,6" bash "$0" kern "$O"
+         EXACT="issue cal:3,6 131072 HLTAB=True;gemma cal:3,6 131072 HLTAB=True" bash "$0" exact "$O/.."
+         KVQ_KNOBS="HLTAB=True" timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
+         KVQ_KNOBS="HLTAB=True" timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
+         grep -E "failing|worst" "$O/check.log" | tail -4; tail -2 "$O/steps.log" ;;
   vtlochk) # VTLO's GPU checks: the calibrated cases of check_fused_cuda.py (both kernels) and check_decode_steps' 24K calibrated configuration, in parallel
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait

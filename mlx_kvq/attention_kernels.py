@@ -14,7 +14,7 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
            'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO',
-           'IL4', 'RAWSC', 'LEAN_ANY', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -543,7 +543,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1073,23 +1073,31 @@ def _raw_loads(raw, ok, n_words, st3, vec, full=False):
                 {scalar}
                 }}"""
 
-def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None):
-    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits; lean loops: `lut` a shared address, `rep` copies of each entry) or two in the code table"
+def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None, hl=None):
+    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits; lean loops: `lut` a shared address, `rep` copies of each entry) or two in the code table (`hl`: in its table of (high, low) halves, `_hl_fill`)"
     if b.bits <= 4:
         if rep is None: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
         fld = f"KVQ_PRMT({arr}[{off >> 5}], 0u, {0x4440 + ((off & 31) >> 3):#x})" if b.bits == 4 else _field(arr, off, 2 * b.bits)
         if _DIAG == 'nolds': return f"const uint32_t {out} = ({fld}) * 0x00410041u;"   # bench only: no table lookup (wrong values)
         return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff} + {fld} * {4 * rep});"
+    if hl and b.table is not None: return f"const uint32_t {out} = {_hl_pick(hl, toff, arr, off, b.bits, 0x5410)};"
     v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]" if b.table is not None else f"(float){_field(arr, o, b.bits)}"
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
+
+def _hl_pick(hl, toff, arr, off, bits, sel):
+    "Source: the half2 of two codes' high (`sel` 0x5410) or low (0x7632) parts from the table `hl` of (high, low) half pairs per code (`_hl_fill`)"
+    return f"KVQ_PRMT({hl}[{toff} + {_field(arr, off, bits)}], {hl}[{toff} + {_field(arr, off + bits, bits)}], {sel:#x})"
 
 def _lo_pair(x0, x1, out):
     "Source: half2 `out` (already declared) of what rounding the floats x0, x1 to half precision leaves (`_split`'s low part)"
     return f"{{ {_split(x0, x1, 'kvq_th', 'kvq_tl')} {out} = kvq_tl; }}"
 
-def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep):
-    "Source: `out` = the half2 of the low parts (`VTLO`) of the two codes at bit `off` of `arr`: one lookup in the low-part pair table `lut` (<= 4 bits), else from the code table"
+def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep, hl=None):
+    """Source: `out` = the half2 of the low parts (`VTLO`) of the two codes at bit `off` of `arr`: one lookup in the low-part
+    pair table `lut` (<= 4 bits), else two in `hl`, the table of (high, low) halves per code (`_hl_fill`; the same words
+    `_pair` reads for the high parts), or, without it, from the float32 code table"""
     if b.bits <= 4: return _pair(b, tab, toff, lut, loff, arr, off, out, rep)
+    if hl: return f"const uint32_t {out} = {_hl_pick(hl, toff, arr, off, b.bits, 0x7632)};"
     return f"uint32_t {out}; " + _lo_pair(f"{tab}[{toff} + {_field(arr, off, b.bits)}]", f"{tab}[{toff} + {_field(arr, off + b.bits, b.bits)}]", out)
 
 def _luts(plan):
@@ -1437,6 +1445,17 @@ def _vtlo(vplan):
     "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
     return VTLO and (vplan.mean is not None or vplan.scale is not None)
 
+HLTAB = False            # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup. Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. Off until a GPU has checked and timed it (`bash bench/gpu_round.sh hltab`)
+
+def _hl_words(vplan):
+    "Words of the values' (high, low) half table (`HLTAB`: `_vtlo` and a band of more than 4 bits with a code table; one word per code-table entry), 0 if none"
+    return _side_layout(vplan)[3] if HLTAB and _vtlo(vplan) and any(b.table is not None and b.bits > 4 for b in vplan.bands) else 0
+
+def _hl_fill(n, tab, hl):
+    "Source: `hl[i]` = the float16 of `tab[i]` (low half) and of what rounding it left (high half), for i < n"
+    return (f"for (int i = tid; i < {n}; i += {NT}) {{ uint32_t hh, ll; float f0, f1; KVQ_H2(hh, {tab}[i], 0.0f); KVQ_H2F(f0, f1, hh);"
+            f" KVQ_H2(ll, {tab}[i] - f0, 0.0f); {hl}[i] = (hh & 0xFFFFu) | (ll << 16); }}")
+
 def _vlo_words(vplan):
     "Words of the values' low-part pair table (`_vtlo`, bands of tables with <= 4 bits: the pair table's layout), 0 if none"
     return _luts(vplan)[1] if _vtlo(vplan) and any(b.table is not None and b.bits <= 4 for b in vplan.bands) else 0
@@ -1447,7 +1466,7 @@ def _lean_rep(kplan, vplan, G, staged=0):
     memory) within DYN_BUDGET for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G   # + the warps' softmax statistics (`WSM`)
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G + 4 * _hl_words(vplan)   # + the warps' softmax statistics (`WSM`) and the (high, low) half table (`HLTAB`)
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
@@ -1710,6 +1729,7 @@ def _lean_values(vplan, G, rep, carry=False):
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
         lo = _vtlo(vplan) and not aff   # the tables' low parts: a third product per fragment (low parts times the weights' high parts)
+        hl = 'vhl_s' if lo and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB)
         for mt in range(2 * ns):
             regs, lows = [], []
             f = 'f' if aff else ''
@@ -1721,8 +1741,8 @@ def _lean_values(vplan, G, rep, carry=False):
                 frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
             else:
                 for e in range(4):
-                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep))
-                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"l{e}", rep))
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep, hl))
+                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"l{e}", rep, hl))
                     if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
                 frag = (f"{{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
@@ -1873,6 +1893,8 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
     if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
+    VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
+    if VHL: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"; fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s')
     head = _mma_head(G, KNS, VNS, tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));

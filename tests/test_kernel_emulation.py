@@ -324,6 +324,30 @@ def test_value_tables_low_parts(monkeypatch):
         if vb == 3: assert E.check_final(kc, vc, 1, 2, 4, D, 1500, False, fold=True) <= E.final_tolerance(kc, vc, 4, D)   # folded, as CUDA launches it
     assert AK._decode_source(tk, tv, 4, 'cuda', fold='rot') == plain   # turbo values: the same kernel with VTLO on
 
+def test_high_low_half_table(monkeypatch):
+    """`HLTAB`: with `VTLO`, a value band of more than 4 bits (no pair table) reads each code's high and low float16 halves
+    from one shared table (`_hl_fill`) instead of computing the low part from the float32 table per lookup: the same
+    halves, so the emulated kernel's output is bit for bit the one without it, and the table is in the source only where
+    such a band is (6-bit values with a 7-bit outlier band: yes; 4-bit values with a 5-bit band: yes; plain 4-bit turbo: no).
+    Off by default until a GPU has checked and timed it"""
+    D = 128
+    for kb, vb in ((3, 6), (5, 4)):
+        kc, vc = E.calibrated(kb, 0, D), E.calibrated(vb, 1, D)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        outs = []
+        for on in (True, False):
+            monkeypatch.setattr(AK, 'HLTAB', on)
+            assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')) == on, (kb, vb, on)
+            mx.random.seed(1)
+            k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
+            q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
+            mask = mx.random.uniform(shape=(1, 1, 1, 1, 700)) > 0.3
+            outs.append(E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, 700))
+        for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb)
+    monkeypatch.setattr(AK, 'HLTAB', True)
+    tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
+    assert 'vhl_s' not in AK._decode_source(tk, tv, 4, 'cuda', fold='rot')
+
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
     that are wholly masked (the first ones: the running max starts at -inf; one group of threads may see only such
