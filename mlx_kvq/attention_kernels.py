@@ -1477,7 +1477,7 @@ def _dyn_request(need, kplan, vplan, G):
     smaller request over that total fails at launch). The static part is estimated from above (`_mma_shared_bytes`
     counts buffers the lean kernel does not declare), so a request is at worst rounded up needlessly;
     `test_dynamic_shared_memory_launches` checks the rule against ptxas's static bytes"""
-    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 64
+    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 4 * _hl_words(vplan) + 64
     return need if need > 48000 or need + static <= 48 * 1024 - 512 else 48004
 
 def dynamic_shared_bytes(source):

@@ -126,6 +126,20 @@ def test_dynamic_shared_memory_launches(case, fold):
     assert (dyn > 0) == (AK._uses_mma(kp, vp, G, 'cuda') and AK.LEAN and AK._lean_ok(kp, vp)), case[0]
     assert smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case[0], smem, dyn)
 
+@pytest.mark.parametrize('bits', [(3, 6), (5, 4), (2, 8)], ids=lambda b: f"cal {b[0]}/{b[1]}")
+def test_high_low_table_shared_memory(monkeypatch, bits):
+    """`HLTAB`'s static table of (high, low) halves counts in the block's shared memory: the dynamic request's rule of
+    `test_dynamic_shared_memory_launches` holds with it on, for calibrated value bands of 5-9 bits at d256 and d128 (folded)"""
+    from kernel_emulator import calibrated
+    monkeypatch.setattr(AK, 'HLTAB', True)
+    for D in (256, 128):
+        kp, vp = side_plan(calibrated(bits[0], 0, D), D), side_plan(calibrated(bits[1], 1, D), D)
+        src = AK._decode_source(kp, vp, 4, 'cuda', None, fold=_finish_kind(vp))
+        assert 'vhl_s' in src, (bits, D)
+        dyn = AK.dynamic_shared_bytes(src)
+        (regs, spill, smem), _ = CR.compile_decode(kp, vp, 4, True)
+        assert dyn > 0 and smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (bits, D, smem, dyn)
+
 def test_folded_d256_kernel_does_not_spill():
     "The folded turbo:4 kernel of Gemma's head shape (4 query heads, d256) spills at most a few bytes: with `BMERGE` there (before `BMERGE_VNS`) it spilled 352, in its key loop"
     kp, vp = side_plan(TurboCodec(4), 256), side_plan(TurboCodec(4, seed=1), 256)
