@@ -303,20 +303,17 @@ CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 700),
          ('affine:3 g64 / affine:6 g32', AffineCodec(3, 64), AffineCodec(6, 32), 1, 1, 8, 256, 200),
          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 300)]
 
-def calibrated(bits, seed, D):
-    """A calibrated turbo codec drawn from `seed`: codec means (sd 0.3) that do not fit the checks' standard normal data,
-    per-channel scales, an outlier band of D / 8 channels at one bit more"""
-    rng = np.random.default_rng(seed)
+def calibrated(bits, seed, D, rng=None):
+    """A calibrated turbo codec drawn from `rng` (default: one seeded by `seed`): codec means (sd 0.3) that do not fit the
+    checks' standard normal data, per-channel scales, an outlier band of D / 8 channels at one bit more"""
+    rng = np.random.default_rng(seed) if rng is None else rng
     return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
                                 outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
 
 def calibrated_pair(D):
-    "Two calibrated turbo codecs (centered, scaled, an outlier band of 5 bits): the codec kinds of auto:B"
+    "Two calibrated turbo codecs (centered, scaled, an outlier band of 5 bits) from one generator: the codec kinds of auto:B"
     rng = np.random.default_rng(0)
-    mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3,
-                                        scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)
-    return mk(0), mk(1)
+    return calibrated(4, 0, D, rng), calibrated(4, 1, D, rng)
 
 if __name__ == '__main__':
     worst = 0
