@@ -84,15 +84,16 @@ def decode_inputs(kplan, vplan, qprep):
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
     return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
-def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None):
+def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None, lb=None):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
     finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file;
     `tail` = (key dim, stage capacity, key bits, value bits[, write]) with `fold`: the variant that quantizes and merges a cache's staged tokens,
-    with `write` the one that also takes the step's token and writes the staging buffers)"""
+    with `write` the one that also takes the step's token and writes the staging buffers; `lb`: its launch bounds'
+    resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
-    src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None)
+    src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None, lb=lb)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'float')] + [(n, 'float') for n in _fold_inputs(fin)], [('scr', 'float'), ('out', '__half')]
     if fin and tail: ins = ins + [('ts', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
@@ -104,7 +105,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
         src, ins = _pack_defines(pack) + src, [x for x in ins if x[0] in kept] + [('cst', 'float')]
     if include: src = _P._included(src, [n for n, _ in ins])
     if fin: src = 'using T = __half;\n' + src   # as MLX declares them: the template's `using T` first in the body
-    return compile_ptxas('k', AK._kernel_header('cuda') + wrap('k', src, ins, outs), arch, sass), fin
+    return compile_ptxas('k', AK._kernel_header('cuda', lb) + wrap('k', src, ins, outs), arch, sass), fin
 
 def compile_qmap(D, KDP, arch='sm_90'):
     "`compile_ptxas` of the query kernel of 'dense' plans (half-precision queries in)"

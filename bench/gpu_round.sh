@@ -83,6 +83,7 @@
 #       vtloprobe (VTLO's first-use check at the issue's shape by context and knobs: about 3 min)
 #       exact  (the first-use check's error against the exact float32 reference for every kind of decode kernel at 131K, then Gemma's shape per call and auto:5's GPU plan's kernel with / without VTLO: about 8 min)
 #       hltab  (HLTAB off / on: Nsight Compute of the calibrated decode kernels at 131K, the first-use check's error against the exact result, calibrated GPU checks and decode steps with it on: about 8 min)
+#       hldefault (HLTAB by default where it applies: the default kernels under Nsight Compute, one call per scheme on Gemma's shape twice and the issue's once: about 8 min)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -374,6 +375,12 @@ case $part in
          KVQ_KNOBS="HLTAB=True" timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
          KVQ_KNOBS="HLTAB=True" timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
          grep -E "failing|worst" "$O/check.log" | tail -4; tail -2 "$O/steps.log" ;;
+  hldefault) # HLTAB on by default in the few-blocks kernels (HLTAB_LB): the default kernels under Nsight Compute (Gemma's shape cal:3,6 and cal:5,4, the issue's cal:5,4 unchanged), then one call per scheme, Gemma's shape twice and the issue's once (auto:5 as its planner plans that layer)
+         KERN="gemma 131072 cal:3,6;gemma 131072 cal:5,4;issue 131072 cal:5,4;gemma 131072 cal:3,6 HLTAB=False" bash "$0" kern "$O"
+         for i in 1 2; do timeout 170 python3 -m mlx_kvq bench --kv fp16 auto:5 auto:3 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/gemma_layer_$i.log" 2>&1
+           grep -E "^\| [0-9]|measured these|disagrees" "$O/gemma_layer_$i.log"; done
+         timeout 200 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 auto:5 --context 4096 32768 131072 --calls 8 --repeats 7 > "$O/issue_layer.log" 2>&1
+         grep -E "^\| [0-9]|measured these|disagrees" "$O/issue_layer.log" ;;
   vtlochk) # VTLO's GPU checks: the calibrated cases of check_fused_cuda.py (both kernels) and check_decode_steps' 24K calibrated configuration, in parallel
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait

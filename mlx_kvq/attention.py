@@ -366,7 +366,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
     lb = _AK.LB if lb is None else lb
     key = (backend, kplan.signature(), vplan.signature(), G, _variant(), qprep, half, fold, tail, pack, lb)
     if key not in _KERNELS:
-        src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail)
+        src = _decode_source(kplan, vplan, G, backend, qprep, half, fold, tail, lb)
         ins = ['q'] + [f'kw{i}' for i in range(len(kplan.bands))] + [f'kg{i}' for i in range(len(kplan.bands))]
         if kplan.kind == 'affine': ins.append('kz0')
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]

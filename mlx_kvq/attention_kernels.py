@@ -14,7 +14,8 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
            'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO',
-           'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -258,11 +259,20 @@ def _softmax():
     KVQ_SYNC();
 """
 
-def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, tail=None):
+def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, tail=None, lb=None):
     """The flash-decoding kernel body for one configuration of codecs and query heads per KV head (constants baked in): on
     CUDA, for half-precision models (`half`), the tensor-core kernel where `_mma_ok`, else the SIMT kernel (float32
     throughout). `fold` ('plain' / 'rot' / 'dense', CUDA): the kernel also finishes the attention (`_fold_source`), with
-    `tail` = (key dim, stage capacity, key spec, value spec, write) merging a cache's staged tokens too (`_tail_source`)"""
+    `tail` = (key dim, stage capacity, key spec, value spec, write) merging a cache's staged tokens too (`_tail_source`).
+    `lb`: the `__launch_bounds__` resident-block minimum it is compiled for (default `LB`; `_kernel_header`), which
+    decides what fits its registers (`_hl_words`)"""
+    _GEN['lb'] = LB if lb is None else lb
+    try: return _decode_body(kplan, vplan, G, backend, qprep, half, fold, tail)
+    finally: _GEN.clear()
+
+_GEN = {}                # while a decode source is generated: 'lb', the resident blocks per SM it is compiled for
+
+def _decode_body(kplan, vplan, G, backend, qprep, half, fold, tail):
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
@@ -543,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1445,11 +1455,14 @@ def _vtlo(vplan):
     "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
     return VTLO and (vplan.mean is not None or vplan.scale is not None)
 
-HLTAB = False            # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup. Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. Off until a GPU has checked and timed it (`bash bench/gpu_round.sh hltab`)
+HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup; in kernels compiled for at most HLTAB_LB resident blocks an SM. Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30 (`bench/h200_20261130c/`, Nsight Compute, 131K, Gemma's shape at LB_FEW): cal:3,6 70.6-74.0 -> 68.8-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1; every calibrated GPU check passing with it
+HLTAB_LB = 2             # HLTAB only where a kernel is compiled for at most this many resident blocks an SM (0: no bound), i.e. up to 255 registers a thread (LB_FEW's calls): under LB = 4's 128 the issue's shape (cal:5,4, d128) spilled 92 -> 152 bytes and its kernel took 190-196 -> 196-201 us (same run)
 
 def _hl_words(vplan):
-    "Words of the values' (high, low) half table (`HLTAB`: `_vtlo` and a band of more than 4 bits with a code table; one word per code-table entry), 0 if none"
-    return _side_layout(vplan)[3] if HLTAB and _vtlo(vplan) and any(b.table is not None and b.bits > 4 for b in vplan.bands) else 0
+    "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM; one word per code-table entry), 0 if none"
+    lb = _GEN.get('lb', LB)
+    if not (HLTAB and (not lb or lb <= HLTAB_LB) and _vtlo(vplan)): return 0
+    return _side_layout(vplan)[3] if any(b.table is not None and b.bits > 4 for b in vplan.bands) else 0
 
 def _hl_fill(n, tab, hl):
     "Source: `hl[i]` = the float16 of `tab[i]` (low half) and of what rounding it left (high half), for i < n"

@@ -130,16 +130,17 @@ def test_dynamic_shared_memory_launches(case, fold):
                          ids=lambda c: f"cal {c[0]}/{c[1]} d{c[2]} G{c[3]}")
 def test_high_low_table_shared_memory(monkeypatch, case):
     """`HLTAB`'s static table of (high, low) halves counts in the block's shared memory: the dynamic request's rule of
-    `test_dynamic_shared_memory_launches` holds with it on, for calibrated value bands of 5-9 bits (folded); the one-head
-    cases are where that table can be what rounds the request past 48,000 bytes (`_dyn_request`; 3/8 at d64 fails without it)"""
+    `test_dynamic_shared_memory_launches` holds with it on, for calibrated value bands of 5-9 bits (folded, compiled for
+    `HLTAB_LB` blocks an SM, where it applies); the one-head cases are where that table can be what rounds the request
+    past 48,000 bytes (`_dyn_request`; 3/8 at d64 fails without it)"""
     from kernel_emulator import calibrated
     kb, vb, D, G = case
     monkeypatch.setattr(AK, 'HLTAB', True)
     kp, vp = side_plan(calibrated(kb, 0, D), D), side_plan(calibrated(vb, 1, D), D)
-    src = AK._decode_source(kp, vp, G, 'cuda', None, fold=_finish_kind(vp))
+    src = AK._decode_source(kp, vp, G, 'cuda', None, fold=_finish_kind(vp), lb=AK.HLTAB_LB)
     assert 'vhl_s' in src, case
     dyn = AK.dynamic_shared_bytes(src)
-    (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True)
+    (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True, lb=AK.HLTAB_LB)
     assert dyn > 0 and smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case, smem, dyn)
 
 def test_folded_d256_kernel_does_not_spill():

@@ -328,16 +328,21 @@ def test_high_low_half_table(monkeypatch):
     """`HLTAB`: with `VTLO`, a value band of more than 4 bits (no pair table) reads each code's high and low float16 halves
     from one shared table (`_hl_fill`) instead of computing the low part from the float32 table per lookup: the same
     halves, so the emulated kernel's output is bit for bit the one without it, and the table is in the source only where
-    such a band is (6-bit values with a 7-bit outlier band: yes; 4-bit values with a 5-bit band: yes; plain 4-bit turbo: no).
-    Off by default until a GPU has checked and timed it"""
+    such a band is (6-bit values with a 7-bit outlier band: yes; 4-bit values with a 5-bit band: yes; plain 4-bit turbo: no)
+    and the kernel is compiled for at most `HLTAB_LB` blocks an SM (on by default there; not under `LB`'s 128 registers)"""
     D = 128
+    assert AK.HLTAB and 0 < AK.HLTAB_LB < AK.LB
     for kb, vb in ((3, 6), (5, 4)):
         kc, vc = E.calibrated(kb, 0, D), E.calibrated(vb, 1, D)
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        assert 'vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
+        assert 'vhl_s' not in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.LB)          # the many-blocks kernels: without
+        assert 'vhl_s' not in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')                    # (the default bound: LB)
         outs = []
-        for on in (True, False):
+        assert AK._lb(2 * 11) <= AK.HLTAB_LB    # the emulated calls below (2 rows, 11 chunks at most): few blocks, compiled with the table
+        for on in (False, True):   # (ending on the default)
             monkeypatch.setattr(AK, 'HLTAB', on)
-            assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')) == on, (kb, vb, on)
+            assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)) == on, (kb, vb, on)
             mx.random.seed(1)
             k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
             q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
@@ -346,7 +351,7 @@ def test_high_low_half_table(monkeypatch):
         for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb)
     monkeypatch.setattr(AK, 'HLTAB', True)
     tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
-    assert 'vhl_s' not in AK._decode_source(tk, tv, 4, 'cuda', fold='rot')
+    assert 'vhl_s' not in AK._decode_source(tk, tv, 4, 'cuda', fold='rot', lb=AK.HLTAB_LB)
 
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
