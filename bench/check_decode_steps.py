@@ -9,22 +9,18 @@ import argparse, json, sys, time, warnings
 from pathlib import Path
 
 import mlx.core as mx
-import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import attention as A, qcache as Q
 from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
-from mlx_kvq.calibrated import CalibratedTurboCodec
+from calcodecs import calibrated_pair   # bench/calcodecs.py
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 def calibrated(D):
     "Two calibrated turbo codecs as `auto:B` plans them (centered, scaled, an outlier band of 5 bits): decode steps through the final path's dense finish (query kernel, decode kernel finishing the attention)"
-    rng = np.random.default_rng(0)
-    mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)
-    return CodecKVCache(mk(0), mk(1))
+    return CodecKVCache(*calibrated_pair(4, 4, D))
 
 CACHES = {'turbo:4': lambda D: TurboQuantKVCache(4, 4), 'turbo:3': lambda D: TurboQuantKVCache(3, 3),
           'turbo:4,2': lambda D: TurboQuantKVCache(4, 2), 'affine:4': lambda D: CodecKVCache(AffineCodec(4), AffineCodec(4)),

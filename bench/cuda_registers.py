@@ -141,12 +141,9 @@ if __name__ == '__main__':
     configs = list(CONFIGS)
     if args.cal:
         import numpy as np
-        from mlx_kvq.calibrated import CalibratedTurboCodec
-        rng = np.random.default_rng(0)
-        def cal(b, seed, D):
-            return CalibratedTurboCodec(b, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
-        configs += [(f'cal:{kv}', cal(int(kv.split(',')[0]), 0, D), cal(int(kv.split(',')[1]), 1, D), 4, D) for kv in args.cal_bits for D in (128, 256)]
+        from calcodecs import calibrated
+        rng = np.random.default_rng(0)   # one generator for every configuration, drawn in this order
+        configs += [(f'cal:{kv}', calibrated(int(kv.split(',')[0]), 0, D, rng), calibrated(int(kv.split(',')[1]), 1, D, rng), 4, D) for kv in args.cal_bits for D in (128, 256)]
     if args.only: configs = [c for c in configs if args.only in f'{c[0]} D{c[4]}']
     if not configs: ap.error(f"--only {args.only!r} matches no configuration (labels like 'turbo:4 D128', 'cal:5,4 D256' with --cal)")
     for label, kc, vc, G, D in configs:

@@ -14,22 +14,18 @@ channels, centred and scaled) and `turbo:4`, at the GPU check's long shapes (2 K
 codec means, drawn at random, do not fit them; the rows "mean 0" give the codecs the data's own mean)."""
 import argparse, platform, sys, time
 from pathlib import Path
-import numpy as np
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import attention as A
 from mlx_kvq.codecs import CachedSide, codec_attention
-from mlx_kvq.calibrated import CalibratedTurboCodec
+from calcodecs import calibrated_pair as _pair   # bench/calcodecs.py
 from mlx_kvq.turbo_codec import TurboCodec
 
 
 def calibrated_pair(D, mean_sd=0.3):
     "The pair `bench/check_decode_steps.py` checks ('calibrated 4o5'): per-channel means drawn with sd `mean_sd` (0: the data's own mean, as calibration fits it)"
-    rng = np.random.default_rng(0)
-    mk = lambda s: CalibratedTurboCodec(4, seed=s, mean=rng.normal(size=D).astype(np.float32) * mean_sd, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=5, dim=D)
-    return mk(0), mk(1)
+    return _pair(4, 4, D, mean_sd)
 
 
 def _half(x): return x.astype(mx.float16).astype(mx.float32)

@@ -50,15 +50,8 @@ else:
         print("planned:", planned_labels([c]), flush=True)
     elif scheme.startswith("cal"):
         bits = [int(b) for b in scheme.split(":")[1].split(",")]
-        kb, vb = bits[0], bits[-1]
-        import numpy as np
-        from mlx_kvq.calibrated import CalibratedTurboCodec
-        rng = np.random.default_rng(0)
-        def cal(b, seed):
-            return CalibratedTurboCodec(b, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3,
-                                        scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                        outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(b + 1, 8), dim=D)
-        c = CodecKVCache(cal(kb, 0), cal(vb, 1))
+        from calcodecs import calibrated_pair
+        c = CodecKVCache(*calibrated_pair(bits[0], bits[-1], D))
     else:
         bits = [int(b) for b in scheme.split(":")[1].split(",")]
         kb, vb = bits[0], bits[-1]

@@ -1455,14 +1455,16 @@ def _vtlo(vplan):
     "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
     return VTLO and (vplan.mean is not None or vplan.scale is not None)
 
-HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup; in kernels compiled for at most HLTAB_LB resident blocks an SM. Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30 (`bench/h200_20261130c/`, Nsight Compute, 131K, Gemma's shape at LB_FEW): cal:3,6 70.6-74.0 -> 68.8-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1; every calibrated GPU check passing with it
-HLTAB_LB = 2             # HLTAB only where a kernel is compiled for at most this many resident blocks an SM (0: no bound), i.e. up to 255 registers a thread (LB_FEW's calls): under LB = 4's 128 the issue's shape (cal:5,4, d128) spilled 92 -> 152 bytes and its kernel took 190-196 -> 196-201 us (same run)
+HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 67.8-70.1; the issue's (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 188.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
+HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
 
 def _hl_words(vplan):
-    "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM; one word per code-table entry), 0 if none"
+    "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
+    wide = sum(b.n for b in vplan.bands if b.table is not None and b.bits > 4)
+    if not (HLTAB and wide and _vtlo(vplan)): return 0
     lb = _GEN.get('lb', LB)
-    if not (HLTAB and (not lb or lb <= HLTAB_LB) and _vtlo(vplan)): return 0
-    return _side_layout(vplan)[3] if any(b.table is not None and b.bits > 4 for b in vplan.bands) else 0
+    if lb and lb > HLTAB_LB and 2 * wide < sum(b.n for b in vplan.bands): return 0
+    return _side_layout(vplan)[3]
 
 def _hl_fill(n, tab, hl):
     "Source: `hl[i]` = the float16 of `tab[i]` (low half) and of what rounding it left (high half), for i < n"

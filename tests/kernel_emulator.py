@@ -6,6 +6,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
 import contextlib, ctypes, hashlib, math, re, subprocess, sys, tempfile
+from pathlib import Path
 import numpy as np
 import mlx.core as mx
 
@@ -13,7 +14,8 @@ from mlx_kvq import attention as A
 from mlx_kvq import attention_kernels as AK
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
-from mlx_kvq.calibrated import CalibratedTurboCodec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
+from calcodecs import calibrated, calibrated_pair as _pair   # the calibrated codecs the GPU checks draw (`calibrated` used by the tests as `E.calibrated`)
 
 PRE = r"""
 #include <cmath>
@@ -303,17 +305,9 @@ CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 700),
          ('affine:3 g64 / affine:6 g32', AffineCodec(3, 64), AffineCodec(6, 32), 1, 1, 8, 256, 200),
          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 300)]
 
-def calibrated(bits, seed, D, rng=None):
-    """A calibrated turbo codec drawn from `rng` (default: one seeded by `seed`): codec means (sd 0.3) that do not fit the
-    checks' standard normal data, per-channel scales, an outlier band of D / 8 channels at one bit more"""
-    rng = np.random.default_rng(seed) if rng is None else rng
-    return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
-
 def calibrated_pair(D):
-    "Two calibrated turbo codecs (centered, scaled, an outlier band of 5 bits) from one generator: the codec kinds of auto:B"
-    rng = np.random.default_rng(0)
-    return calibrated(4, 0, D, rng), calibrated(4, 1, D, rng)
+    "Two calibrated turbo codecs of 4 bits (centered, scaled, an outlier band of 5 bits) from one generator: the codec kinds of auto:B (`bench/calcodecs.py`)"
+    return _pair(4, 4, D)
 
 if __name__ == '__main__':
     worst = 0

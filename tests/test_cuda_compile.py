@@ -131,17 +131,18 @@ def test_dynamic_shared_memory_launches(case, fold):
 def test_high_low_table_shared_memory(monkeypatch, case):
     """`HLTAB`'s static table of (high, low) halves counts in the block's shared memory: the dynamic request's rule of
     `test_dynamic_shared_memory_launches` holds with it on, for calibrated value bands of 5-9 bits (folded, compiled for
-    `HLTAB_LB` blocks an SM, where it applies); the one-head cases are where that table can be what rounds the request
+    `HLTAB_LB` blocks an SM, and for `LB` where the wide bands are the values' main band); the one-head cases are where that table can be what rounds the request
     past 48,000 bytes (`_dyn_request`; 3/8 at d64 fails without it)"""
     from kernel_emulator import calibrated
     kb, vb, D, G = case
     monkeypatch.setattr(AK, 'HLTAB', True)
     kp, vp = side_plan(calibrated(kb, 0, D), D), side_plan(calibrated(vb, 1, D), D)
-    src = AK._decode_source(kp, vp, G, 'cuda', None, fold=_finish_kind(vp), lb=AK.HLTAB_LB)
-    assert 'vhl_s' in src, case
-    dyn = AK.dynamic_shared_bytes(src)
-    (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True, lb=AK.HLTAB_LB)
-    assert dyn > 0 and smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case, smem, dyn)
+    for lb in (AK.HLTAB_LB, AK.LB) if vb > 4 else (AK.HLTAB_LB,):   # wide value bands: with the table under LB's bound too
+        src = AK._decode_source(kp, vp, G, 'cuda', None, fold=_finish_kind(vp), lb=lb)
+        assert 'vhl_s' in src, (case, lb)
+        dyn = AK.dynamic_shared_bytes(src)
+        (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True, lb=lb)
+        assert dyn > 0 and smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (case, lb, smem, dyn)
 
 def test_folded_d256_kernel_does_not_spill():
     "The folded turbo:4 kernel of Gemma's head shape (4 query heads, d256) spills at most a few bytes: with `BMERGE` there (before `BMERGE_VNS`) it spilled 352, in its key loop"

@@ -329,15 +329,16 @@ def test_high_low_half_table(monkeypatch):
     from one shared table (`_hl_fill`) instead of computing the low part from the float32 table per lookup: the same
     halves, so the emulated kernel's output is bit for bit the one without it, and the table is in the source only where
     such a band is (6-bit values with a 7-bit outlier band: yes; 4-bit values with a 5-bit band: yes; plain 4-bit turbo: no)
-    and the kernel is compiled for at most `HLTAB_LB` blocks an SM (on by default there; not under `LB`'s 128 registers)"""
+    and the kernel is compiled for at most `HLTAB_LB` blocks an SM; under `LB`'s 128 registers only where such bands hold
+    half the value channels or more (the 6-bit values: yes; the 4-bit values with their narrow 5-bit band: no). On by default"""
     D = 128
     assert AK.HLTAB and 0 < AK.HLTAB_LB < AK.LB
     for kb, vb in ((3, 6), (5, 4)):
         kc, vc = E.calibrated(kb, 0, D), E.calibrated(vb, 1, D)
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
         assert 'vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
-        assert 'vhl_s' not in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.LB)          # the many-blocks kernels: without
-        assert 'vhl_s' not in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')                    # (the default bound: LB)
+        assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.LB)) == (vb > 4)   # the many-blocks kernels: wide value bands only
+        assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')) == (vb > 4)             # (the default bound: LB)
         outs = []
         assert AK._lb(2 * 11) <= AK.HLTAB_LB    # the emulated calls below (2 rows, 11 chunks at most): few blocks, compiled with the table
         for on in (False, True):   # (ending on the default)
