@@ -7,8 +7,9 @@ kernel (or of fp16 SDPA) on the GPU machine (`ncu` is at /usr/local/cuda/bin/ncu
     ncu --kernel-name regex:sdpa ... python3 bench/ncu_decode.py fp16 131072
 
 32 query / 8 KV heads, head dim 128, float16 (the issue's one-layer shape; `--gemma`: 4 query / 1 KV head, head dim 256, the
-embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], `auto:B` (the codecs `mlx-kvq bench` plans for this shape on this
-device, printed: what its rows measure), and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
+embedded Gemma's). Schemes: fp16, turbo:K[,V], affine:K[,V], `auto:B` (planned as `mlx-kvq bench` plans it for this shape,
+printed: near-tied plans of a random-weight layer can differ between runs on a GPU: on the issue's shape on 2026-11-30
+this script planned keys tq3cs / values tq6cso where the bench's run planned tq4cso / tq5cs, `bench/h200_20261130c/`), and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
 (per-channel mean and scale, an outlier band of dim / 8 channels at one bit more). Arguments after N set kernel knobs of
 `attention_kernels` (e.g. `LEAN=False PCH=2`); `--say-error` prints the first-use check's error, passed or not; `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
 on purpose) past the first-use check so that its duration can be measured.
