@@ -37,8 +37,10 @@ def _bench_scheme(text: str):
 
 def layer_model(n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, seed: int = 0):
     """A one-layer mlx-lm llama with that attention shape. Its caches are what the bench times; its weights matter only
-    where `auto:B` plans on it (calibration runs the model), so they are drawn from `seed` (the same model, hence the
-    same plan on one device, every run; mlx-lm's own initialisation follows the global random state)"""
+    where `auto:B` plans on it (calibration runs the model), so they are drawn from `seed` (the same model every run;
+    mlx-lm's own initialisation follows the global random state). Its plan is the same on this CPU every run, but on a
+    GPU candidates that nearly tie on this random model can swap between runs (the issue's shape on an H200,
+    2026-11-30: 4 / 5 bits in one process, 3 / 6 in another, `bench/h200_20261130c/`): the bench prints what it measured"""
     if n_heads % n_kv_heads: raise CliError(f"query heads ({n_heads}) must be a multiple of KV heads ({n_kv_heads})")
     m = llama.Model(llama.ModelArgs(model_type="llama", hidden_size=n_heads * head_dim, num_hidden_layers=1,
                                     intermediate_size=8, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
