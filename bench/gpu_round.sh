@@ -85,6 +85,7 @@
 #       hltab  (HLTAB off / on: Nsight Compute of the calibrated decode kernels at 131K, the first-use check's error against the exact result, calibrated GPU checks and decode steps with it on: about 8 min)
 #       hldefault (HLTAB by default where it applies: the default kernels under Nsight Compute, one call per scheme on Gemma's shape twice and the issue's once: about 8 min)
 #       hlissue (the issue's shape with auto:5's plan there: HLTAB forced under LB = 4, the kernels at 2 blocks an SM; about 5 min)
+#       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -385,6 +386,8 @@ case $part in
   hlissue) # the issue's shape with auto:5's plan there (keys tq4cso / values tq5cs: 5-bit values, no pair table) and cal:4,5: HLTAB forced under LB = 4 (HLTAB_LB=4), and the kernels compiled for 2 blocks an SM (LB=2, one or two waves); the first-use check's error with HLTAB there
          KERN="issue 131072 auto:5;issue 131072 auto:5 HLTAB_LB=4;issue 131072 auto:5 LB=2;issue 131072 auto:5 LB=2 WAVE=264;issue 131072 cal:4,5;issue 131072 cal:4,5 HLTAB_LB=4;issue 131072 auto:5" bash "$0" kern "$O"
          EXACT="issue auto:5 131072 HLTAB_LB=4;issue cal:4,5 131072 HLTAB_LB=4;issue auto:5 131072 LB=2 WAVE=264" bash "$0" exact "$O" ;;
+  lb3)   # the issue's shape with the kernels compiled for 3 blocks an SM (168 registers: offline every G4 d128 kind spills 0-32 bytes there against 28-168 under LB = 4) and WAVE = 132 x 3, so that a call is one wave (2026-11-28's LB=3 kept WAVE = 528: two waves, slower), against the default
+         KERN="issue 131072 turbo:4;issue 131072 turbo:4 LB=3 WAVE=396;issue 131072 affine:4;issue 131072 affine:4 LB=3 WAVE=396;issue 131072 cal:4,5;issue 131072 cal:4,5 LB=3 WAVE=396;issue 32768 turbo:4;issue 32768 turbo:4 LB=3 WAVE=396" bash "$0" kern "$O" ;;
   vtlochk) # VTLO's GPU checks: the calibrated cases of check_fused_cuda.py (both kernels) and check_decode_steps' 24K calibrated configuration, in parallel
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
