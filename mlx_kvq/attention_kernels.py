@@ -1455,7 +1455,7 @@ def _vtlo(vplan):
     "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
     return VTLO and (vplan.mean is not None or vplan.scale is not None)
 
-HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 67.8-70.1; the (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 188.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
+HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1 (each pair of ranges from one run); the (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 190.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
 HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
 
 def _hl_words(vplan):
@@ -1467,7 +1467,7 @@ def _hl_words(vplan):
     return _side_layout(vplan)[3]
 
 def _hl_fill(n, tab, hl):
-    "Source: `hl[i]` = the float16 of `tab[i]` (low half) and of what rounding it left (high half), for i < n"
+    "Source: `hl[i]` = the float16 of `tab[i]` in the word's low 16 bits and the float16 of what that rounding left in its high 16 bits, for i < n"
     return (f"for (int i = tid; i < {n}; i += {NT}) {{ uint32_t hh, ll; float f0, f1; KVQ_H2(hh, {tab}[i], 0.0f); KVQ_H2F(f0, f1, hh);"
             f" KVQ_H2(ll, {tab}[i] - f0, 0.0f); {hl}[i] = (hh & 0xFFFFu) | (ll << 16); }}")
 
