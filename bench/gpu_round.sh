@@ -344,10 +344,10 @@ case $part in
          for cc in all none; do NCU_CC=$cc KERN="gemma 131072 turbo:4;gemma 131072 cal:5,4;gemma 131072 cal:5,4 PF_WORDS=64;gemma 131072 turbo:4 PF_WORDS=64" bash "$0" kern "$O/.."; done
          for r in 0 64 512; do timeout 150 python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context 32768 131072 --calls 8 --repeats 7 --rotate-mib $r > "$O/layer_rot$r.log" 2>&1
            grep -E "^\| [0-9]" "$O/layer_rot$r.log" | sed "s/^/rotate $r MiB: /"; done ;;
-  timeline) # every GPU kernel of the bench's calls (bench/call_timeline.py, Gemma's shape, $CTX default 131072): plain wall times, then Nsight Compute on all kernels of one eval of 4 calls per scheme, then Nsight Systems' trace (start, duration) if it is installed
+  timeline) # every GPU kernel of the bench's calls (bench/call_timeline.py, Gemma's shape unless $TLARGS names another, e.g. "--heads 32 --kv-heads 8 --head-dim 128"; $CTX default 131072): plain wall times, then Nsight Compute on all kernels of one eval of 4 calls per scheme, then Nsight Systems' trace (start, duration) if it is installed
          c=${CTX:-131072}; S=${SCHEMES:-fp16 auto:5 turbo:4}
-         timeout 300 python3 bench/call_timeline.py $S --context $c --evals 4 > "$O/plain.log" 2>&1; cat "$O/plain.log" | tail -4
-         timeout ${NCU_LIMIT:-400} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --cache-control none --section SpeedOfLight python3 bench/call_timeline.py $S --context $c --evals 1 --calls ${NCU_CALLS:-2} > "$O/ncu.txt" 2>&1
+         timeout 300 python3 bench/call_timeline.py $S --context $c --evals 4 ${TLARGS:-} > "$O/plain.log" 2>&1; cat "$O/plain.log" | tail -4
+         timeout ${NCU_LIMIT:-400} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --cache-control none --section SpeedOfLight python3 bench/call_timeline.py $S --context $c --evals 1 --calls ${NCU_CALLS:-2} ${TLARGS:-} > "$O/ncu.txt" 2>&1
          grep -E "^  [A-Za-z_]|^    Duration|per call" "$O/ncu.txt" | sed -E 's/ +/ /g; s/, Context.*//' > "$O/ncu_kernels.txt"; head -80 "$O/ncu_kernels.txt"
          NS=$( (command -v nsys; ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null) | head -1)
          if [ -n "$NS" ]; then timeout 200 $NS profile --capture-range=cudaProfilerApi --capture-range-end=repeat -t cuda -f true -o "$O/tl" python3 bench/call_timeline.py $S --context $c --evals 2 > "$O/nsys.log" 2>&1
