@@ -36,7 +36,7 @@ qs = [mx.random.normal((1, a.heads, 1, a.head_dim)).astype(dt) for _ in range(a.
 for s in a.schemes:
     sch = _bench_scheme(s)
     cache = bench_caches(subject, sch, **bench_calibration(subject, [s], None, 0)[0])[i]
-    kv = _fill(cache, shp, a.context, dt, 7); mx.eval(kv)
+    kv = _fill(cache, shp, a.context, dt, 7)      # left lazy, as `mlx-kvq bench` leaves it: evaluated here, MLX CUDA took its sdpa_vector kernels for fp16 (bench/fp16_paths.py)
     def run(): return [scaled_dot_product_attention(mx.stop_gradient(q), kv[0], kv[1], cache, scale=a.head_dim ** -0.5, mask=None) for q in qs]
     for _ in range(3): mx.eval(run())
     mx.synchronize()

@@ -291,6 +291,8 @@ case $part in
          grep -c "using the reference" "$O/layer/run.log" "$O/gemma/run.log" ;;
   status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 ${ROUNDS:+--rounds $ROUNDS} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
+  wholeauto) timeout 570 python3 -m mlx_kvq bench --whole-model ${SHAPE:-llama-3.2-1b} --kv ${KV:-fp16 turbo:4 affine:4 auto:5} --context ${CTX:-32768 131072} --steps 64 --rounds ${ROUNDS:-3} \
+             --json "$O/whole.json" > "$O/whole.log" 2>&1; grep -vE "Warn|warn" "$O/whole.log" | tail -30; grep -c "using the reference" "$O/whole.log" ;;   # whole model with the default auto:5 beside fp16 / turbo:4 / affine:4 (2026-11-30: auto:5 one call was slower than fp16 on this shape's layer)
   gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
                > "$O/run.log" 2>&1; grep -E "^\\||^round|^#" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;   # Gemma-3 shape: every layer compressed vs only the global ones, against fp16, with host cProfiles
   ringstep) timeout ${LIMIT:-300} python3 bench/ring_step_cuda.py --layers ${LAYERS:-22} > "$O/run.log" 2>&1; cat "$O/run.log" ;;   # a sliding-window layer's decode step by piece: build / submit / wait per layer (about 1.5 min)
