@@ -21,13 +21,13 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
-from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
+from mlx_kvq.bench import shape_model, bench_caches, bench_calibration, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 
 def filled(model, scheme, context, dtype, shapes, seed=0):
-    caches = bench_caches(model, _bench_scheme(scheme))
+    caches = bench_caches(model, _bench_scheme(scheme), **bench_calibration(model, [scheme], None, seed)[0])   # auto:B: planned as `mlx-kvq bench` plans it
     fetched = [_fill(c, shapes[str(i)][1][:3], context, dtype, seed + 7919 * i) for i, c in enumerate(caches)]
     return caches, fetched
 

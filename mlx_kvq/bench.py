@@ -88,11 +88,11 @@ def planned_labels(caches) -> str | None:
     """The planner's labels of the key and value codecs of planned caches (`auto:B`), each pair with its number of layers
     (e.g. 'keys tq3cso / values tq6cso (1 layer)'), or None if no cache carries a plan. A plan depends on its calibration
     run, so the same `auto:B` may pick other widths on another device: the bench prints what it measured"""
+    plan = next((c.plan for c in caches if getattr(c, 'plan', None) is not None), None)   # carried by the first full-attention layer's cache only
+    if plan is None: return None
     pairs = {}
-    for c in caches:
-        plan, layer = getattr(c, 'plan', None), getattr(c, 'layer', None)
-        if plan is None or layer is None: continue
-        lab = (json.loads(plan) if isinstance(plan, str) else plan).get('layers', {}).get(str(layer), {}).get('labels')
+    for e in (json.loads(plan) if isinstance(plan, str) else plan).get('layers', {}).values():   # every planned layer, sliding-window ones too
+        lab = e.get('labels')
         if lab: pairs[tuple(lab)] = pairs.get(tuple(lab), 0) + 1
     if not pairs: return None
     return ", ".join(f"keys {k} / values {v} ({n} layer{'s' if n > 1 else ''})" for (k, v), n in sorted(pairs.items(), key=lambda kv: -kv[1]))
