@@ -389,6 +389,16 @@ def _cal_encode_pair(self, other, keys, values):
     return self.encode(keys), other.encode(values)
 CalibratedTurboCodec.encode_pair = _cal_encode_pair
 
+_cal_encode_traced = CalibratedTurboCodec.encode
+def _cal_encode_one(self, x):
+    """One side's parts: on CUDA by the pair kernel with this codec on both sides (the second side's parts dropped), so
+    a calibrated side beside a codec of another kind (the planner's `affine8` or `half` values, `auto:B` on Llama-shaped
+    models) is one launch per update, not the traced encode's hundred-odd operations; elsewhere, and where the kernel
+    declines, `encode` as above"""
+    got = calibrated_encode_pair(self, x, self, x) if isinstance(x, mx.array) else None
+    return got[0] if got is not None else _cal_encode_traced(self, x)
+CalibratedTurboCodec.encode = _cal_encode_one
+
 def _cal_fits(old, x, c):
     "Whether `old` holds the storage parts of codec `c` for update `x` (B, H, n, D): each band's words and gamma over one capacity"
     bands = _cal_bands(c, x.shape[-1])

@@ -76,12 +76,13 @@ def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
     xk = _x((1, 2, 3, 64), mx.float32, 5)
     assert Cal.calibrated_encode_pair(kc, xk, vc, xk[..., :2, :]) is None
     assert Cal.calibrated_encode_pair(kc, xk, vc, xk.astype(mx.float16)) is None
-    tc = TurboCodec(4); tc.check_dim(64)
-    mixed = kc.encode_pair(tc, xk, xk)
-    assert all(mx.array_equal(a, b) for a, b in zip(mixed[0], kc.encode(xk))) and all(mx.array_equal(a, b) for a, b in zip(mixed[1], tc.encode(xk)))
     monkeypatch.setattr(Cal, 'CUDA_PAIR', False); assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
     monkeypatch.setattr(Cal, 'CUDA_PAIR', True); monkeypatch.setattr(Cal, 'kernel_backend', lambda: None)
     assert Cal.calibrated_encode_pair(kc, xk, vc, xk) is None
+    assert not Cal._CALGUARD
+    tc = TurboCodec(4); tc.check_dim(64)          # another kind of codec beside it: each side its own encode (the calibrated one by its traced encode off CUDA)
+    mixed = kc.encode_pair(tc, xk, xk)
+    assert all(mx.array_equal(a, b) for a, b in zip(mixed[0], kc._encode(xk))) and all(mx.array_equal(a, b) for a, b in zip(mixed[1], tc.encode(xk)))
     assert not Cal._CALGUARD
     with pytest.raises(ValueError, match='calibrated for head dim 64'):
         monkeypatch.setattr(Cal, 'kernel_backend', lambda: 'cuda'); Cal.calibrated_encode_pair(kc, _x((1, 2, 1, 128), mx.float32, 6), vc, _x((1, 2, 1, 128), mx.float32, 7))
@@ -167,3 +168,34 @@ def test_a_wrong_ring_kernel_is_refused_and_the_ring_kernel_declines(emulated, m
     assert Cal._CALIGUARD['into'].state[Cal._cal_into_class(*args)] is False
     ref = Cal._cal_into_reference(*args)
     assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
+@pytest.mark.parametrize('other', ['affine8', 'half'])
+def test_a_calibrated_side_beside_another_kind_takes_one_launch(emulated, monkeypatch, other):
+    """`auto:B`'s mixed layers (calibrated keys beside 8-bit affine or float16 values, what it plans for most of a
+    Llama-3.2-1B-shaped model's first layers): on the emulated CUDA path the calibrated side of every update is one launch
+    of the pair kernel (the codec on both sides), and the growing cache holds bit for bit what it holds with each side's
+    traced encode (CUDA_PAIR off); without the route each update was the traced encode's hundred-odd operations"""
+    from mlx_kvq.codecs import AffineCodec
+    from mlx_kvq.calibrated import HalfCodec
+    from mlx_kvq.qcache import CodecKVCache
+    launches = []
+    def counted(backend, name, *a, f=Cal.make_kernel, **kw):
+        k = f(backend, name, *a, **kw)
+        return lambda **kk: launches.append(kk['inputs'][0].shape[-2]) or k(**kk)
+    monkeypatch.setattr(Cal, 'make_kernel', counted)
+    kc = _codec(5, 64, 8, 0)
+    vc = AffineCodec(8, 64) if other == 'affine8' else HalfCodec()
+    fast, slow = CodecKVCache(kc, vc), CodecKVCache(kc, vc)
+    stored = lambda c: [p[..., :c.n_quantized, :] for p in (*c.keys, *c.values)]
+    for i, L in enumerate([5, 1, 1, 1]):
+        k, v = _x((1, 2, L, 64), mx.float16, 40 + 2 * i), _x((1, 2, L, 64), mx.float16, 41 + 2 * i)
+        fast.update_and_fetch(k, v)
+        monkeypatch.setattr(Cal, 'CUDA_PAIR', False)
+        slow.update_and_fetch(k, v)
+        monkeypatch.setattr(Cal, 'CUDA_PAIR', True)
+        assert fast.n_quantized == fast.offset == slow.n_quantized
+        for x, y in zip(stored(fast), stored(slow)):
+            assert x.shape == y.shape and x.dtype == y.dtype and mx.array_equal(x, y)
+    assert launches == [5, 1, 1, 1]                            # the keys of every update by one launch, none for the slow cache
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, k, kc, k)] is True
