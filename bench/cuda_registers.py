@@ -91,7 +91,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     with `write` the one that also takes the step's token and writes the staging buffers; `lb`: its launch bounds'
     resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel)"""
     qprep = _finish_kind(kplan)
-    if qprep == 'dense' and not AK.QFUSE: qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries (QFUSE: maps the raw ones itself)
+    if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None, lb=lb)
     ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]

@@ -293,11 +293,6 @@ case $part in
              --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
   wholeauto) timeout 570 python3 -m mlx_kvq bench --whole-model ${SHAPE:-llama-3.2-1b} --kv ${KV:-fp16 turbo:4 affine:4 auto:5} --context ${CTX:-32768 131072} --steps 64 --rounds ${ROUNDS:-3} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; grep -vE "Warn|warn" "$O/whole.log" | tail -30; grep -c "using the reference" "$O/whole.log" ;;   # whole model with the default auto:5 beside fp16 / turbo:4 / affine:4 (2026-11-30: auto:5 one call was slower than fp16 on this shape's layer)
-  qfuse) # QFUSE (2026-11-30): the calibrated decode steps with it on (GPU check, cut at $LIMIT s), the whole Llama-3.2-1B-shaped model at 32K (fp16 / auto:5, QFUSE off then on, $ROUNDS rounds each), then Gemma's shape cal:5,4 under Nsight Compute (query map + decode against the decode kernel alone)
-         KVQ_KNOBS="QFUSE=True" timeout ${LIMIT:-150} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; tail -4 "$O/steps.log"
-         for k in False True; do KVQ_KNOBS="QFUSE=$k" timeout 170 python3 bench/kvq_knobs.py bench --whole-model llama-3.2-1b --kv fp16 auto:5 --context 32768 --steps 64 --rounds ${ROUNDS:-3} > "$O/whole_$k.log" 2>&1
-           grep -E "^knobs|^\| 32|using the reference" "$O/whole_$k.log"; done
-         KERN="gemma 131072 cal:5,4;gemma 131072 cal:5,4 QFUSE=True" bash "$0" kern "$O" ;;
   gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
                > "$O/run.log" 2>&1; grep -E "^\\||^round|^#" "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;   # Gemma-3 shape: every layer compressed vs only the global ones, against fp16, with host cProfiles
   ringstep) timeout ${LIMIT:-300} python3 bench/ring_step_cuda.py --layers ${LAYERS:-22} > "$O/run.log" 2>&1; cat "$O/run.log" ;;   # a sliding-window layer's decode step by piece: build / submit / wait per layer (about 1.5 min)

@@ -678,7 +678,7 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
 def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = _finish_kind(kplan), _finish_kind(vplan)
-    kdense = qprep == 'dense' and not (_AK.QFUSE and backend == 'cuda')   # the queries prepared by their own kernel, the decode kernel reads them as they come (QFUSE: the decode kernel maps the raw queries itself)
+    kdense = qprep == 'dense'            # the queries prepared by their own kernel, the decode kernel reads them as they come
     if kdense: qprep = None
     half = queries.dtype != mx.float32
     names = _get_kernel(kplan, vplan, G, backend, qprep, half)[1]   # the decode kernel's inputs (the kernel itself: per call's blocks, `call_of`)
@@ -692,8 +692,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     tsc = _scalar(float(scale))
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
-                 **(dict(qsc=_scalar(float(scale)), qsg=_kernel_maps(kplan, D)[0]) if qprep == 'dense' else   # QFUSE: `qsg` holds the query map
-                    dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
+                 **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     fconsts = list(const.items()) + list(zip(_fold_inputs(fin), extra))   # the folded kernels' constants, packed as one input (`_packed`)
     folds = False   # whether this configuration's calls may finish in the decode kernel (CUDA, `FOLD`)

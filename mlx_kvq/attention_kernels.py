@@ -11,10 +11,10 @@ import re
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'QFUSE', 'MMA', 'TPK',
-           'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
-           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET',
-           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
+           'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO',
+           'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -227,29 +227,15 @@ def _branches(bands_src, firsts):
     return f"if (j < {firsts[1]}) {bands_src[0]} else {bands_src[1]}"
 
 def _qload(kplan, vplan, G, qprep):
-    """Source: code tables to shared memory and the G query heads to `qs` (slice-major, 4 floats of padding per slice),
-    prepared in the kernel when `qprep`: 'plain' / 'rot' (scale and signs, then the butterflies), 'dense' (`QFUSE`: each
-    prepared coordinate j of head g the float32 sum over the raw query's D channels of q[g, d] qsg[d, j], times `qsc`:
-    the query map `_qmap_source` launches apart otherwise, `qsg` holding the (D, KDP) map)"""
+    "Source: code tables to shared memory and the G query heads to `qs` (slice-major, 4 floats of padding per slice), prepared in the kernel when `qprep`"
     KNS, KT, VT = sum(_side_layout(kplan)[0]), _side_layout(kplan)[3], _side_layout(vplan)[3]
     KDP = 32 * KNS
-    if qprep == 'dense':
-        D = sum(b.n for b in kplan.bands)
-        load = f"""    for (int i = tid; i < G * {KDP}; i += {NT}) {{   // the dense query map (QFUSE): raw queries (R, G, {D}) in, prepared coordinates out
-        const int g = i / {KDP}, j = i - g * {KDP};
-        const KVQ_DEV T* qr = q + ((long)r * G + g) * {D};
-        float acc = 0.0f;
-        #pragma unroll 8
-        for (int d = 0; d < {D}; ++d) acc += (float)qr[d] * qsg[d * {KDP} + j];
-        qs[(j >> 5) * QST + (j & 31) * G + g] = acc * qsc[0];
-    }}"""
-    else: load = f"""    for (int i = tid; i < G * {KDP}; i += {NT}) {{
-        const int g = i / {KDP}, d = i - g * {KDP};
-        qs[(d >> 5) * QST + (d & 31) * G + g] = {'(float)q[(long)r * G * ' + str(KDP) + ' + i] * qsc[0] * qsg[d]' if qprep else 'q[(long)r * G * ' + str(KDP) + ' + i]'};
-    }}"""
     return f"""    KVQ_SHARED float ktab_s[{KT}];
     KVQ_SHARED float vtab_s[{VT}];
-{load}
+    for (int i = tid; i < G * {KDP}; i += {NT}) {{
+        const int g = i / {KDP}, d = i - g * {KDP};
+        qs[(d >> 5) * QST + (d & 31) * G + g] = {'(float)q[(long)r * G * ' + str(KDP) + ' + i] * qsc[0] * qsg[d]' if qprep else 'q[(long)r * G * ' + str(KDP) + ' + i]'};
+    }}
     {_fwht('qs[(lo >> 5) * QST + (lo & 31) * G + g]', 'qs[(hi >> 5) * QST + (hi & 31) * G + g]', KDP, 'G') if qprep == 'rot' else ''}
     for (int i = tid; i < {KT}; i += {NT}) ktab_s[i] = ktab[i];
     for (int i = tid; i < {VT}; i += {NT}) vtab_s[i] = vtab[i];
@@ -567,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, QFUSE)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -915,8 +901,6 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
 
 
 def _qmap_threads(KDP): return max(1, min(4, 1024 // KDP)) * KDP
-
-QFUSE = False            # CUDA, the final path: a 'dense' key plan's query map (the calibrated codecs of auto:B) computed by the decode kernel itself (`_qload`), one launch less per attention call (`_qmap_source` otherwise)
 
 def _qmap_source(backend, D, KDP):
     """The query preparation of plans the decode kernel cannot prepare itself ('dense': a calibrated codec's per-channel

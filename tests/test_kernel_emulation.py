@@ -193,28 +193,6 @@ def test_dense_finish_is_checked(monkeypatch):
     monkeypatch.setattr(AK, '_fold_source', lambda *a: orig_f(*a).replace('for (int jj = 0; jj < JL; ++jj)', 'for (int jj = 1; jj < JL; ++jj)'))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
-def test_query_map_in_the_decode_kernel(monkeypatch):
-    """`QFUSE`: the calibrated codecs' dense query map computed by the decode kernel from the raw queries (no query-map
-    launch): the final path, with the combine and folded, masked and not, within the tensor-core tolerance of the
-    reference, for calibrated keys and for a 'rot' key side beside calibrated values (no map there); not vacuous (the
-    map without the attention scale is caught)"""
-    monkeypatch.setattr(AK, 'QFUSE', True)
-    def no_qmap(*a): raise AssertionError('a query-map kernel was asked for')
-    monkeypatch.setattr(A, '_get_qmap', no_qmap)
-    for name in ('calibrated 5o/4o', 'turbo:3 keys / calibrated values'):
-        _, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[0] == name][0]
-        kc, vc = _pair(kc, vc, D)
-        for fold in (False, True):
-            for masked in (False, True):
-                assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=fold) <= E.final_tolerance(kc, vc, G, D), (name, fold, masked)
-    _, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[0] == 'calibrated 5o/4o'][0]
-    kc, vc = _pair(kc, vc, D)
-    src = AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', 'dense', True)
-    assert 'acc * qsc[0]' in src and f'qsg[d * {32 * sum(AK._side_layout(A.side_plan(kc, D))[0])} + j]' in src
-    orig = AK._qload
-    monkeypatch.setattr(AK, '_qload', lambda *a: orig(*a).replace('acc * qsc[0]', 'acc'))
-    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
-
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
     monkeypatch.setattr(AK, 'MMA', False)
