@@ -20,8 +20,8 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlx_kvq import packing as P, attention as A, qcache as Q
-from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, _fill
+from mlx_kvq import packing as P, attention as A, qcache as Q, calibrated as Cal
+from mlx_kvq.bench import shape_model, bench_caches, bench_calibration, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 
 
@@ -36,7 +36,9 @@ def gpu_path():
     "Route mlx_kvq through its CUDA code path with the stand-in kernels; the first-use checks accept them"
     mx.fast.cuda_kernel = _stand_in
     P._GPU_API[:] = ['cuda']
-    for m in (P, A, Q): m.kernel_backend = lambda: 'cuda'
+    for m in (P, A, Q, Cal): m.kernel_backend = lambda: 'cuda'
+    Cal._cal_agree = lambda *a: None       # the calibrated pair / ring kernels (auto:B's caches)
+    Cal._cal_into_agree = lambda *a: None
     P._agree_quantize = lambda *a: None
     P._qa_agree = lambda *a: None          # the prefill append kernel's stand-in zeros
     A._agree_final = lambda *a: None
@@ -81,7 +83,7 @@ def main():
     sets, kvs = {}, [kv if kv == 'fp16' or len(a.stage) == 1 else f"{kv} stage {s}" for kv in a.kv for s in (a.stage if kv != 'fp16' else [0])]
     for name in kvs:   # filled by the CPU path (the reference codecs), before the stand-in is installed
         kv, _, sv = name.partition(' stage ')
-        caches = bench_caches(model, _bench_scheme(kv))
+        caches = bench_caches(model, _bench_scheme(kv), **bench_calibration(model, [kv], None, 0)[0])   # auto:B: planned as `mlx-kvq bench` plans it
         for i, c in enumerate(caches):
             _fill(c, shapes[str(i)][1][:3], a.context, mx.float32, 7919 * i)
             if hasattr(c, 'stage'): c.stage = int(sv or a.stage[0])
