@@ -19,7 +19,7 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlx_kvq.bench import bench_caches, _bench_scheme, layer_model, _fill
+from mlx_kvq.bench import bench_caches, bench_calibration, _bench_scheme, layer_model, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 from mlx_kvq.dispatch import scaled_dot_product_attention
 
@@ -48,7 +48,7 @@ print(f"layer {a.heads} / {a.kv_heads} heads, d{a.head_dim}, {str(dt).split('.')
 for s in ["fp16"] + list(a.schemes):
     res = {}
     for mode in ("bench", "evald", "step"):
-        cache = bench_caches(subject, _bench_scheme(s))[i]
+        cache = bench_caches(subject, _bench_scheme(s), **bench_calibration(subject, [s], None, 0)[0])[i]   # auto:B planned as the bench plans it
         kv = _fill(cache, shp, a.context - (a.calls * (a.repeats + 2) if mode == "step" else 0), dt, 7)
         if mode == "evald": mx.eval(kv)
         if mode == "step":

@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/attention_kernels.html.md"""
 
 # %% ../nbs/03a_attention_kernels.ipynb #a0c31d79
 from __future__ import annotations
-import re
+import re, threading
 
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
@@ -266,11 +266,11 @@ def _decode_source(kplan, vplan, G, backend, qprep=None, half=True, fold=None, t
     `tail` = (key dim, stage capacity, key spec, value spec, write) merging a cache's staged tokens too (`_tail_source`).
     `lb`: the `__launch_bounds__` resident-block minimum it is compiled for (default `LB`; `_kernel_header`), which
     decides what fits its registers (`_hl_words`)"""
-    _GEN['lb'] = LB if lb is None else lb
+    _GEN.lb = LB if lb is None else lb
     try: return _decode_body(kplan, vplan, G, backend, qprep, half, fold, tail)
-    finally: _GEN.clear()
+    finally: del _GEN.lb
 
-_GEN = {}                # while a decode source is generated: 'lb', the resident blocks per SM it is compiled for
+_GEN = threading.local()   # while a decode source is generated (in this thread: steps may be built in several): `lb`, the resident blocks per SM it is compiled for
 
 def _decode_body(kplan, vplan, G, backend, qprep, half, fold, tail):
     carry = fold is not None and _bmerge_ok(kplan, vplan, G, backend, half)
@@ -1462,7 +1462,7 @@ def _hl_words(vplan):
     "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
     wide = sum(b.n for b in vplan.bands if b.table is not None and b.bits > 4)
     if not (HLTAB and wide and _vtlo(vplan)): return 0
-    lb = _GEN.get('lb', LB)
+    lb = getattr(_GEN, 'lb', LB)
     if lb and lb > HLTAB_LB and 2 * wide < sum(b.n for b in vplan.bands): return 0
     return _side_layout(vplan)[3]
 

@@ -128,6 +128,7 @@ class CalibratedTurboCodec(Codec):
         f = self.__dict__.get('_compiled_encode')
         if f is None: f = self._compiled_encode = mx.compile(self._encode)
         return f(x)
+    _encode_default = encode   # (`encode` itself is rerouted on CUDA below: `_cal_encode_one`)
 
     def _encode(self, x):
         dim = x.shape[-1]
@@ -389,14 +390,13 @@ def _cal_encode_pair(self, other, keys, values):
     return self.encode(keys), other.encode(values)
 CalibratedTurboCodec.encode_pair = _cal_encode_pair
 
-_cal_encode_traced = CalibratedTurboCodec.encode
 def _cal_encode_one(self, x):
     """One side's parts: on CUDA by the pair kernel with this codec on both sides (the second side's parts dropped), so
     a calibrated side beside a codec of another kind (the planner's `affine8` or `half` values, `auto:B` on Llama-shaped
-    models) is one launch per update, not the traced encode's hundred-odd operations; elsewhere, and where the kernel
-    declines, `encode` as above"""
+    models) is one launch per update, not the traced encode's 60-97 operations; elsewhere, and where the kernel
+    declines, the class's own `encode` (`_encode_default`)"""
     got = calibrated_encode_pair(self, x, self, x) if isinstance(x, mx.array) else None
-    return got[0] if got is not None else _cal_encode_traced(self, x)
+    return got[0] if got is not None else self._encode_default(x)
 CalibratedTurboCodec.encode = _cal_encode_one
 
 def _cal_fits(old, x, c):

@@ -175,7 +175,7 @@ def test_a_calibrated_side_beside_another_kind_takes_one_launch(emulated, monkey
     """`auto:B`'s mixed layers (calibrated keys beside 8-bit affine or float16 values, what it plans for most of a
     Llama-3.2-1B-shaped model's first layers): on the emulated CUDA path the calibrated side of every update is one launch
     of the pair kernel (the codec on both sides), and the growing cache holds bit for bit what it holds with each side's
-    traced encode (CUDA_PAIR off); without the route each update was the traced encode's hundred-odd operations"""
+    traced encode (CUDA_PAIR off); without the route each update was the traced encode's 60-97 operations a side"""
     from mlx_kvq.codecs import AffineCodec
     from mlx_kvq.calibrated import HalfCodec
     from mlx_kvq.qcache import CodecKVCache
