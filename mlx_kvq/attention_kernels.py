@@ -12,9 +12,9 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
-           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM',
-           'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO',
-           'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
+           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET',
+           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -949,6 +949,7 @@ _MMA_PRELUDE = r"""
 #define KVQ_H2F(flo, fhi, r) asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(flo), "=f"(fhi) : "r"(r))
 #define KVQ_HFMA2(r, a, b, c) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c))
 #define KVQ_PRMT(a, b, s) __byte_perm((a), (b), (s))
+#define KVQ_MAGIC(r, x, m) asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(m), "r"(0x64006400u))   /* r = (x & m) | 0x64006400: one LOP3 */
 #define KVQ_CP4(dst, src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 #define KVQ_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define KVQ_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
@@ -1119,10 +1120,11 @@ def _luts(plan):
 
 def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False):
     """Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side.
-    `lo` (`VTLO`): the table of what rounding each pair to half precision leaves (bands with code tables only)"""
+    `lo` (`VTLO`): the table of what rounding each pair to half precision leaves (bands with code tables only). The lean
+    loops read no table of `_amagic` bands: theirs is left unfilled"""
     out = []
     for i, b in enumerate(plan.bands):
-        if b.bits > 4 or lo and b.table is None: continue
+        if b.bits > 4 or lo and b.table is None or rep is not None and _amagic(b): continue
         M = (1 << b.bits) - 1
         v = lambda c: f"{tab}[{toff[i]} + ({c})]" if b.table is not None else f"(float)({c})"
         if rep is None: out.append(f"for (int i = tid; i < {1 << 2 * b.bits}; i += {NT}) {{ uint32_t x; KVQ_H2(x, {v(f'i & {M}')}, {v(f'i >> {b.bits}')}); {lut}[{loffs[i]} + i] = x; }}")
@@ -1182,9 +1184,42 @@ def _pipeline(side, plan, ns, pitch):
     wait = f"KVQ_CP_WAIT({ns - 1}); KVQ_SYNCWARP(); const uint32_t* sw = my + (j % {ns}) * {16 * pitch};"
     return pro, issue, wait
 
-def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None):
-    "Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`"
+AMAGIC = True            # lean loops: affine codes of 4 or 8 bits made half-precision numbers by bit operations (the code or-ed into the mantissa of 1024.0, then 1024 subtracted exactly: `_magic_pair`), not by pair-table lookups (4 bits) or integer-to-float conversions (8 bits); the dequantized values bit for bit the same
+
+def _amagic(b):
+    "Whether the lean loops build band `b`'s halves by `_magic_pair` (AMAGIC: affine bands of 4 or 8 bits)"
+    return AMAGIC and b.table is None and b.bits in (4, 8)
+
+def _magic_pair(b, x, out, hi=False):
+    """Source: half2 `out` of two codes (exact small integers) from the word `x` (an expression) that holds them in
+    its two 16-bit halves: 8 bits, bytes 0 and 2 (`hi`: 1 and 3); 4 bits, the low nibbles of bytes 0 and 2 (`hi`: the
+    high nibbles). The codes or-ed into the mantissa of 1024.0 make the halves 1024 + c (4-bit high nibbles: 1024 + 16 c),
+    from which one fused multiply-add takes exactly c"""
+    if b.bits == 8:
+        raw = f"KVQ_PRMT({x}, 0x64646464u, {0x4341 if hi else 0x4240:#x})"   # bytes (1, 3) or (0, 2) of x, each beside 0x64
+        return f"uint32_t {out}; KVQ_HFMA2({out}, {raw}, 0x3C003C00u, 0xE400E400u);"   # x 1 - 1024
+    fix = "0x2C002C00u, 0xD400D400u" if hi else "0x3C003C00u, 0xE400E400u"        # x / 16 - 64, or x 1 - 1024
+    return f"uint32_t {out}; {{ uint32_t r_; KVQ_MAGIC(r_, {x}, {'0x00F000F0u' if hi else '0x000F000Fu'}); KVQ_HFMA2({out}, r_, {fix}); }}"
+
+def _magic_key_dims(b, m):
+    "AMAGIC: the dims (within a thread's range) of key step m's two register pairs, ((a0, a1)'s two, (a2, a3)'s two): where `_magic_pair` finds them in the words"
+    if b.bits == 8: return (4 * m, 4 * m + 2), (4 * m + 1, 4 * m + 3)
+    o = 8 * (m >> 1) + 2 * (m & 1)
+    return (o, o + 4), (o + 1, o + 5)
+
+def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
+    """Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`.
+    `magic` (`_amagic` bands, lean loops): the dims `_magic_key_dims` names, by `_magic_pair`"""
     regs = []
+    if magic:
+        j = (4 * m) // b.group_size if R > b.group_size else 0
+        for r, (arr, hi) in enumerate((('ya', False), ('yb', False), ('ya', True), ('yb', True))):
+            w = f"{word(arr)}[{m if b.bits == 8 else m >> 1}]"
+            x = w if b.bits == 8 or not m & 1 else f"({w} >> 8)"
+            regs.append(_magic_pair(b, x, f"a{r}", hi))
+            s, z = scl(arr[1], j)
+            regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
+        return regs
     for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
         regs.append(_pair(b, 'ktab_s', ktoff, lut, loff, word(arr), (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
         if b.table is None:
@@ -1666,9 +1701,10 @@ def _lean_keys(kplan, G, rep, wsm=False):
     for i, b in enumerate(kplan.bands):
         ns = ksl[i]; R = 8 * ns
         for m in range(2 * ns):
-            d = f"{32 * kfirst[i]} + {R} * tig + {4 * m}"
+            d = f"{32 * kfirst[i]} + {R} * tig"
             q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
-            qfr.append(_split(q(0), q(1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(2), q(3), f"qh{kb}b", f"ql{kb}b" if QLO else None))
+            (e0, e1), (e2, e3) = _magic_key_dims(b, m) if _amagic(b) else ((4 * m, 4 * m + 1), (4 * m + 2, 4 * m + 3))
+            qfr.append(_split(q(e0), q(e1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(e2), q(e3), f"qh{kb}b", f"ql{kb}b" if QLO else None))
             kb += 1
     R_of = lambda i: 8 * ksl[i]
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
@@ -1685,7 +1721,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
         body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
         for m in range(2 * ns):
-            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep)
+            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep, _amagic(b))
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
                         + (f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}" if QLO
@@ -1740,6 +1776,9 @@ def _lean_values(vplan, G, rep, carry=False):
             body.append(f"  #pragma unroll\n  for (int j = 0; j < {W}; ++j) {{ " + ' '.join(
                 f"ie{p}[j] = (y{2 * p}{i}[j] & 0x0F0F0F0Fu) | ((y{2 * p + 1}{i}[j] << 4) & 0xF0F0F0F0u); io{p}[j] = ((y{2 * p}{i}[j] >> 4) & 0x0F0F0F0Fu) | (y{2 * p + 1}{i}[j] & 0xF0F0F0F0u);"
                 for p in range(2)) + " }")
+        elif aff and _amagic(b):   # scale and bias halves of the token pairs (0, 1) and (2, 3): the fragment registers hold two tokens of one channel
+            for p in range(2):
+                body.append(f"  uint32_t s{p}, z{p}; KVQ_H2(s{p}, s{2 * p}{i}_0, s{2 * p + 1}{i}_0); KVQ_H2(z{p}, z{2 * p}{i}_0, z{2 * p + 1}{i}_0);")
         elif aff:
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
@@ -1748,7 +1787,16 @@ def _lean_values(vplan, G, rep, carry=False):
         for mt in range(2 * ns):
             regs, lows = [], []
             f = 'f' if aff else ''
-            if il:   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s even / odd channel of this step, r = 2 / 3 the pair (2, 3)'s
+            if aff and _amagic(b):   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s channel 2 mt / 2 mt + 1, r = 2 / 3 the pair (2, 3)'s: the pair's bytes side by side (one byte permute), then `_magic_pair`
+                for r in range(4):
+                    p, c = r >> 1, 2 * mt + (r & 1)
+                    byte = c * b.bits // 8
+                    w, k = byte >> 2, byte & 3
+                    x = f"KVQ_PRMT(y{2 * p}{i}[{w}], y{2 * p + 1}{i}[{w}], {k | k << 4 | (4 + k) << 8 | (4 + k) << 12:#x})"
+                    regs.append(_magic_pair(b, x, f"n{r}", b.bits == 4 and r & 1))
+                    regs.append(f"uint32_t h{r}; KVQ_HFMA2(h{r}, n{r}, s{p}, z{p});")
+                frag = "{h0, h1, h2, h3}"
+            elif il:   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s even / odd channel of this step, r = 2 / 3 the pair (2, 3)'s
                 for r in range(4):
                     arr = f"{'io' if r & 1 else 'ie'}{r >> 1}"
                     regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], arr, 8 * mt, f"h{r}", rep))

@@ -100,6 +100,7 @@ MACROS = r"""
 #define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
 #define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
+#define KVQ_MAGIC(r, x, m) ((r) = ((x) & (m)) | 0x64006400u)
 #define KVQ_CP4(dst, src) (*(dst) = *(src))
 #define KVQ_CP16(dst, src) __builtin_memcpy((dst), (src), 16)
 #define KVQ_CP_COMMIT() ((void)0)
@@ -303,6 +304,7 @@ CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 700),
          ('turbo:8/7', TurboCodec(8), TurboCodec(7, seed=1), 1, 1, 4, 96, 130),
          ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 700),
          ('affine:3 g64 / affine:6 g32', AffineCodec(3, 64), AffineCodec(6, 32), 1, 1, 8, 256, 200),
+         ('affine:4 / affine:8 g32', AffineCodec(4), AffineCodec(8, 32), 1, 1, 4, 64, 300),
          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 300)]
 
 def calibrated_pair(D):
