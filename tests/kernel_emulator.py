@@ -40,6 +40,9 @@ static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
+static float kvq_shfl_idx(float v, int l) {
+    g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
+    float r = g_slot[(g_tid & ~31) | l]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
 typedef float T;
 typedef _Float16 kvq_half;
 static uint32_t kvq_h2(float lo, float hi) {
@@ -100,6 +103,7 @@ MACROS = r"""
 #define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
 #define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
+#define KVQ_SHFL_IDX(v, l) kvq_shfl_idx((v), (l))
 #define KVQ_MAGIC(r, x, m) ((r) = ((x) & (m)) | 0x64006400u)
 #define KVQ_CP4(dst, src) (*(dst) = *(src))
 #define KVQ_CP16(dst, src) __builtin_memcpy((dst), (src), 16)
@@ -305,6 +309,7 @@ CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 700),
          ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 700),
          ('affine:3 g64 / affine:6 g32', AffineCodec(3, 64), AffineCodec(6, 32), 1, 1, 8, 256, 200),
          ('affine:4 / affine:8 g32', AffineCodec(4), AffineCodec(8, 32), 1, 1, 4, 64, 300),
+         ('affine:4 g32 / affine:4, 2 heads', AffineCodec(4, 32), AffineCodec(4), 1, 1, 2, 128, 300),
          ('calibrated 5o/4o', None, None, 1, 2, 2, 96, 300)]
 
 def calibrated_pair(D):
