@@ -12,10 +12,10 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
-           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'KALG', 'LEAN', 'KACC', 'LPCH', 'WAVE',
-           'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT',
-           'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS',
-           'scratch_floats', 'dynamic_shared_bytes']
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
+           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET',
+           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -949,7 +949,6 @@ _MMA_PRELUDE = r"""
 #define KVQ_H2F(flo, fhi, r) asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(flo), "=f"(fhi) : "r"(r))
 #define KVQ_HFMA2(r, a, b, c) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c))
 #define KVQ_PRMT(a, b, s) __byte_perm((a), (b), (s))
-#define KVQ_SHFL_IDX(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define KVQ_MAGIC(r, x, m) asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(m), "r"(0x64006400u))   /* r = (x & m) | 0x64006400: one LOP3 */
 #define KVQ_CP4(dst, src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 #define KVQ_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
@@ -1208,17 +1207,6 @@ def _magic_key_dims(b, m):
     o = 8 * (m >> 1) + 2 * (m & 1)
     return (o, o + 4), (o + 1, o + 5)
 
-KALG = False             # lean score loop, `_amagic` key bands: the codes' halves 1024 + c multiplied by the query as they are and each token's scale and bias applied to the products (`_kalg`), not to every code before them. Measured slower (H200, 131K, Nsight Compute, `bench/h200_20261130e/kalg/`: affine:4 93.3-94.4 us against 88.5-89.4 off, affine:8,4 104.0-104.9 against 96.1-97.8) despite a score loop of 20% fewer instructions (more spills: 132 / 112 bytes against 108 / 68); to be removed
-
-def _kalg(b, ns, G):
-    """KALG: the groups `NGr` of an `_amagic` key band of `ns` slices whose scale and bias the score loop applies after
-    the products, or 0 (before them). A product sums the dims of the four `tig` threads; with `NGr` groups among
-    them the B operand's 8 columns are (group, head) pairs, `8 // NGr` per group, so each column sums one group: a
-    thread's dims must lie in one group (range <= group size), G <= 8 // NGr"""
-    if not (KALG and _amagic(b)) or 8 * ns > b.group_size: return 0
-    ngr = b.n // b.group_size
-    return ngr if ngr in (1, 2, 4) and G <= 8 // ngr else 0
-
 def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
     """Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`.
     `magic` (`_amagic` bands, lean loops): the dims `_magic_key_dims` names, by `_magic_pair`"""
@@ -1228,10 +1216,6 @@ def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
         for r, (arr, hi) in enumerate((('ya', False), ('yb', False), ('ya', True), ('yb', True))):
             w = f"{word(arr)}[{m if b.bits == 8 else m >> 1}]"
             x = w if b.bits == 8 or not m & 1 else f"({w} >> 8)"
-            if magic == 'raw':   # KALG: the halves 1024 + c (4-bit high nibbles 1024 + 16 c) as they are
-                regs.append(f"uint32_t a{r}f; " + (f"a{r}f = KVQ_PRMT({x}, 0x64646464u, {0x4341 if hi else 0x4240:#x});" if b.bits == 8
-                                                   else f"KVQ_MAGIC(a{r}f, {x}, {'0x00F000F0u' if hi else '0x000F000Fu'});"))
-                continue
             regs.append(_magic_pair(b, x, f"a{r}", hi))
             s, z = scl(arr[1], j)
             regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
@@ -1715,26 +1699,13 @@ def _lean_keys(kplan, G, rep, wsm=False):
     qfr = []
     kb = 0
     for i, b in enumerate(kplan.bands):
-        ns = ksl[i]; R = 8 * ns; ngr = _kalg(b, ns, G)
-        d = f"{32 * kfirst[i]} + {R} * tig"
-        if ngr:   # column gid = (group gid / cpg, head gid % cpg); a thread's dims add to the columns of their group only
-            cpg = 8 // ngr
-            own = f"(gid % {cpg} < G && gid / {cpg} == ((tig * {ngr}) >> 2))"
-            q = lambda e, sc='': f"({own} ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid % {cpg}]{sc} : 0.0f)"
-            qfr.append(f"float kaK{i} = 0.0f, kaQ{i} = 0.0f;   // this thread's part of its column's sum of the query halves the products use (x 1024: what the codes' offset adds) and of the query those halves stand for")
-        else: q = lambda e, sc='': f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
+        ns = ksl[i]; R = 8 * ns
         for m in range(2 * ns):
+            d = f"{32 * kfirst[i]} + {R} * tig"
+            q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
             (e0, e1), (e2, e3) = _magic_key_dims(b, m) if _amagic(b) else ((4 * m, 4 * m + 1), (4 * m + 2, 4 * m + 3))
-            sc = ' * 0.0625f' if ngr and b.bits == 4 else ''   # high nibbles: halves 1024 + 16 c, so the query / 16
-            qfr.append(_split(q(e0), q(e1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(e2, sc), q(e3, sc), f"qh{kb}b", f"ql{kb}b" if QLO else None))
-            if ngr:   # both sums from the halves the products use: the bias term then carries the query's rounding as the codes' term does, and the two cancel where the keys are small (k = s c + z)
-                parts = [(f"q{x}{kb}{y}", 16 if y == 'b' and sc else 1) for x in ('hl' if QLO else 'h') for y in 'ab']
-                qfr.append("{ float f0, f1; " + ' '.join(f"KVQ_H2F(f0, f1, {nm}); kaK{i} += f0 + f1; kaQ{i} += {f'{w}.0f * ' if w > 1 else ''}(f0 + f1);" for nm, w in parts) + " }")
+            qfr.append(_split(q(e0), q(e1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(e2), q(e3), f"qh{kb}b", f"ql{kb}b" if QLO else None))
             kb += 1
-        if ngr:   # the column sums (the four tig threads of row gid), then each thread's two columns 2 tig, 2 tig + 1 (held by rows 2 tig, 2 tig + 1)
-            qfr.append(f"kaK{i} += KVQ_SHFL(kaK{i}, 1); kaK{i} += KVQ_SHFL(kaK{i}, 2); kaQ{i} += KVQ_SHFL(kaQ{i}, 1); kaQ{i} += KVQ_SHFL(kaQ{i}, 2);")
-            qfr.append(f"const float kaK{i}_0 = 1024.0f * KVQ_SHFL_IDX(kaK{i}, 8 * tig), kaK{i}_1 = 1024.0f * KVQ_SHFL_IDX(kaK{i}, 8 * tig + 4), "
-                       f"kaQ{i}_0 = KVQ_SHFL_IDX(kaQ{i}, 8 * tig), kaQ{i}_1 = KVQ_SHFL_IDX(kaQ{i}, 8 * tig + 4);")
     R_of = lambda i: 8 * ksl[i]
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
     stg = 'k' in _STAGED
@@ -1742,27 +1713,22 @@ def _lean_keys(kplan, G, rep, wsm=False):
                                         {'a': f"(sw + gid * {_stage_row(kplan)})", 'b': f"(sw + (gid + 8) * {_stage_row(kplan)})"} if stg else None)
     bands, kb = [], 0
     for i, b in enumerate(kplan.bands):
-        ns = ksl[i]; R = 8 * ns; aff = b.table is None; ngr = _kalg(b, ns, G)
+        ns = ksl[i]; R = 8 * ns; aff = b.table is None
         body = []
-        if aff and not ngr:
+        if aff:
             for j in range(len(grp_of(i, b))):
                 for t in 'ab':
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
         body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
         for m in range(2 * ns):
-            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep, 'raw' if ngr else _amagic(b))
+            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep, _amagic(b))
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
                         + (f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}" if QLO
                            else f" KVQ_MMA(c[{m % KACC}], a, qh{kb}a, qh{kb}b); }}"))
             kb += 1
         if KACC > 1: body.append(f"  for (int e = 0; e < 4; ++e) for (int k = 1; k < {KACC}; ++k) c[0][e] += c[k][e];")
-        if ngr:   # per column: s (products - 1024 x the query's halves) + z (the query's sum); the groups' columns of a head summed across tig
-            v = [f"s{t}{i}_0 * (c[0][{e}] - kaK{i}_{e & 1}) + z{t}{i}_0 * kaQ{i}_{e & 1}" for e, t in enumerate('aabb')]
-            body.append("  { " + ' '.join(f"float v{e} = {x};" for e, x in enumerate(v))
-                        + (" for (int o = 1; o < 4; o <<= 1) if (o * " + str(ngr) + " >= 4) { v0 += KVQ_SHFL(v0, o); v1 += KVQ_SHFL(v1, o); v2 += KVQ_SHFL(v2, o); v3 += KVQ_SHFL(v3, o); }" if ngr > 1 else '')
-                        + " sacc[0] += v0; sacc[1] += v1; sacc[2] += v2; sacc[3] += v3; } }")
-        elif aff: body.append("  sacc[0] += c[0][0]; sacc[1] += c[0][1]; sacc[2] += c[0][2]; sacc[3] += c[0][3]; }")
+        if aff: body.append("  sacc[0] += c[0][0]; sacc[1] += c[0][1]; sacc[2] += c[0][2]; sacc[3] += c[0][3]; }")
         else: body.append(f"  sacc[0] += ga{i} * c[0][0]; sacc[1] += ga{i} * c[0][1]; sacc[2] += gb{i} * c[0][2]; sacc[3] += gb{i} * c[0][3]; }}")
         bands.append("{\n            " + "\n            ".join(body) + "\n        }")
     tokset = """const int ta = tb + gid;

@@ -40,9 +40,6 @@ static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
     float r = g_slot[g_tid ^ o]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
-static float kvq_shfl_idx(float v, int l) {
-    g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
-    float r = g_slot[(g_tid & ~31) | l]; g_wbar[g_tid >> 5]->arrive_and_wait(); return r; }
 typedef float T;
 typedef _Float16 kvq_half;
 static uint32_t kvq_h2(float lo, float hi) {
@@ -103,7 +100,6 @@ MACROS = r"""
 #define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))
 #define KVQ_PRMT(a, b, s) kvq_prmt((a), (b), (s))
-#define KVQ_SHFL_IDX(v, l) kvq_shfl_idx((v), (l))
 #define KVQ_MAGIC(r, x, m) ((r) = ((x) & (m)) | 0x64006400u)
 #define KVQ_CP4(dst, src) (*(dst) = *(src))
 #define KVQ_CP16(dst, src) __builtin_memcpy((dst), (src), 16)
