@@ -282,24 +282,17 @@ case $part in
              env $e timeout 100 python3 bench/prefill_profile.py --skip-layer --kv fp16 turbo:4 affine:4 fp16 --out "$O/p_${e%%=*}_${e#*=}" > "$O/prefill_${e%%=*}_${e#*=}.log" 2>&1
              echo "$e prefill"; grep -E "^\\| (fp16|turbo|affine)" "$O/prefill_${e%%=*}_${e#*=}.log" | cut -d'|' -f1,2,11-14; done ;;
   diag131) ncu_sets "$O/diag131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "--unchecked _DIAG='nolds'" "--unchecked _DIAG='noload'" "PF=2" ;;   # what the decode kernel at 131K costs without its pair-table lookups (nolds) or without its code-word loads (noload): wrong results on purpose, past the first-use check (about 3.5 min)
-  amagic) mkdir -p "$O/check" "$O/steps"   # affine codes made halves by the float16 magic number (AMAGIC, on): the affine GPU checks, then the decode kernel at 131K under Nsight Compute with it on / off / on, then the issue's one-layer command (about 8 min)
+  amagic|amagic2) mkdir -p "$O/check" "$O/steps"   # affine codes made halves by the float16 magic number (AMAGIC, on): the affine GPU checks, then the decode kernel under Nsight Compute with it on / off alternating, at 131K (amagic, then the issue's one-layer command: about 8 min) or at 4K (amagic2, run after the lean loops stopped filling those bands' pair tables: about 5 min)
          timeout 300 python3 bench/check_fused_cuda.py --quick --only check --cases affine --out "$O/check" > "$O/check/run.log" 2>&1 &
          timeout 300 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+         n=$([ "$part" = amagic ] && echo 131072 || echo 4096)
          for s in affine:4 affine:8,4; do for k in "AMAGIC=True" "AMAGIC=False" "AMAGIC=True" "AMAGIC=False"; do
            d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
-             --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-           echo "$s ${CTX:-131072} $k: duration us $d" | tee -a "$O/kern.txt"; done; done
-         timeout 200 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 --context 4096 32768 131072 --calls 8 --repeats 7 \
-               --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;
-  amagic2) mkdir -p "$O/check" "$O/steps"   # after amagic: the lean loops no longer fill those bands' pair tables; the affine GPU checks again, the decode kernel at 4K under Nsight Compute with AMAGIC on / off (about 5 min)
-         timeout 300 python3 bench/check_fused_cuda.py --quick --only check --cases affine --out "$O/check" > "$O/check/run.log" 2>&1 &
-         timeout 300 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
-         for s in affine:4 affine:8,4; do for k in "AMAGIC=True" "AMAGIC=False" "AMAGIC=True" "AMAGIC=False"; do
-           d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
-             --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-4096} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-           echo "$s ${CTX:-4096} $k: duration us $d" | tee -a "$O/kern.txt"; done; done ;;
+             --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-$n} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+           echo "$s ${CTX:-$n} $k: duration us $d" | tee -a "$O/kern.txt"; done; done
+         [ "$part" = amagic ] && { timeout 200 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 --context 4096 32768 131072 --calls 8 --repeats 7 \
+               --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log"; } ;;
   amagic8b) n=0; for k in True False True False; do n=$((n + 1))   # a Llama-3.1-8B-shaped model at 131K, fp16 / affine:4 / affine:8,4, AMAGIC on / off alternating (about 4 min; a first run, off then on, printed its tables only: `=` in its log names)
            KVQ_KNOBS="AMAGIC=$k" timeout 140 python3 bench/kvq_knobs.py bench --whole-model llama-3.1-8b --kv fp16 affine:4 affine:8,4 --context 131072 --rounds 3 --steps 16 > "$O/model8b_${n}_$k.log" 2>&1
            echo "AMAGIC $k"; grep -E "^\|" "$O/model8b_${n}_$k.log" | tail -3; done ;;
