@@ -296,6 +296,14 @@ case $part in
   amagic8b) n=0; for k in True False True False; do n=$((n + 1))   # a Llama-3.1-8B-shaped model at 131K, fp16 / affine:4 / affine:8,4, AMAGIC on / off alternating (about 4 min; a first run, off then on, printed its tables only: `=` in its log names)
            KVQ_KNOBS="AMAGIC=$k" timeout 140 python3 bench/kvq_knobs.py bench --whole-model llama-3.1-8b --kv fp16 affine:4 affine:8,4 --context 131072 --rounds 3 --steps 16 > "$O/model8b_${n}_$k.log" 2>&1
            echo "AMAGIC $k"; grep -E "^\|" "$O/model8b_${n}_$k.log" | tail -3; done ;;
+  bfstore) mkdir -p "$O/check" "$O/steps"   # the lean score loop's branch-free score store (BFSTORE, off until timed): the GPU checks with it on, then the decode kernel at 131K under Nsight Compute on / off alternating (about 8 min)
+         KVQ_KNOBS="BFSTORE=True" timeout 330 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+         KVQ_KNOBS="BFSTORE=True" timeout 330 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+         for s in turbo:4 affine:4 turbo:3; do for k in True False True False; do
+           d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
+             --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} BFSTORE=$k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+           echo "$s ${CTX:-131072} BFSTORE=$k: duration us $d" | tee -a "$O/kern.txt"; done; done ;;
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

@@ -14,8 +14,8 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
            'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET',
-           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BMERGE_VNS', 'scratch_floats',
-           'dynamic_shared_bytes']
+           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BFSTORE', 'BMERGE_VNS',
+           'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -1693,6 +1693,15 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
         }}{post}"""
     return (pro, loop) if split else pro + loop
 
+BFSTORE = False          # lean score loop: each tile's scores stored without branches (the mask read at the token clamped to the chunk, as every load of the loop is, then selected), not behind a branch per score that skips the read past the chunk. Offline (`bench/cuda_registers.py --fold --sass --loops --set BFSTORE=True`, sm_90, SASS per three tiles, score / value loop): turbo:4 674 / 637 -> 633 / 613, turbo:3 785 / 817 -> 747 / 822, affine:4 741 / 704 -> 699 / 655, affine:8,4 483 / 686 -> 505 / 701 (the branches of the store gone: 33 -> 3 in turbo:4's score loop; the register allocation moves with it: spills 28 -> 40, 108 -> 136, 68 -> 48 bytes); not yet run on a GPU (`bash bench/gpu_round.sh bfstore`)
+
+def _score_store():
+    "Source: thread (gid, tig)'s score e of the tile into the score buffer (`sc`), masked, -inf past the chunk (`BFSTORE`: without branches)"
+    if BFSTORE:
+        return ("const float mv = HAS_MASK ? KVQ_LDGS(mrow + min(t, NV - 1)) : 0.0f;"
+                " const float v = (e >> 1 ? okb : oka) ? sacc[e] + mv : KVQ_NEG_INF; if (g < G) sc[t * G + g] = v;")
+    return "if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;"
+
 def _lean_keys(kplan, G, rep, wsm=False):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
     ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
@@ -1740,8 +1749,9 @@ def _lean_keys(kplan, G, rep, wsm=False):
             #pragma unroll
             for (int e = 0; e < 4; ++e) {{
                 const int t = ta + (e >> 1) * 8, g = 2 * tig + (e & 1);
-                if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;
+                {_score_store()}
             }}"""
+    if BFSTORE: qfr.append("const float* const mrow = mask + (HAS_MASK ? (long)b * N + t0 : 0);   // the chunk's mask row")
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
         {_lean_loop(decl, load, tokset, nts, body, 'k')}

@@ -699,3 +699,19 @@ def test_interleaved_value_pairs(monkeypatch):
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert "| ((y0" in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', 'rot', fold='rot')
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+
+def test_branch_free_score_store(monkeypatch):
+    """`BFSTORE` (off by default until timed on a GPU): the lean score loop stores its masked scores without branches,
+    the mask read at the token clamped to the chunk. With a mask (where the clamp matters: chunks end inside a tile), on
+    the emulator the same attention as the reference for turbo and affine codes, and the source takes the clamped read.
+    Not vacuous: reading the mask one token off is caught."""
+    monkeypatch.setattr(AK, 'BFSTORE', True)
+    cases = [c for c in E.CASES if c[0] in ('turbo:4', 'affine:8,4')]
+    for name, kc, vc, B, Hkv, G, D, n in cases:
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        assert 'KVQ_LDGS(mrow + min(t, NV - 1))' in AK._decode_source(kp, vp, G, 'cuda', half=True), name
+        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), name
+    store = AK._score_store
+    monkeypatch.setattr(AK, '_score_store', lambda: store().replace('min(t, NV - 1)', 'min(t + 1, NV - 1)'))
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    assert E.check(kc, vc, B, Hkv, G, D, n, True) > E.tolerance(kc, vc, G, D)
