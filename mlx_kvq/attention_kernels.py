@@ -1195,11 +1195,10 @@ def _magic_pair(b, x, out, hi=False):
     its two 16-bit halves: 8 bits, bytes 0 and 2 (`hi`: 1 and 3); 4 bits, the low nibbles of bytes 0 and 2 (`hi`: the
     high nibbles). The codes or-ed into the mantissa of 1024.0 make the halves 1024 + c (4-bit high nibbles: 1024 + 16 c),
     from which one fused multiply-add takes exactly c"""
-    if b.bits == 8:
-        raw = f"KVQ_PRMT({x}, 0x64646464u, {0x4341 if hi else 0x4240:#x})"   # bytes (1, 3) or (0, 2) of x, each beside 0x64
-        return f"uint32_t {out}; KVQ_HFMA2({out}, {raw}, 0x3C003C00u, 0xE400E400u);"   # x 1 - 1024
-    fix = "0x2C002C00u, 0xD400D400u" if hi else "0x3C003C00u, 0xE400E400u"        # x / 16 - 64, or x 1 - 1024
-    return f"uint32_t {out}; {{ uint32_t r_; KVQ_MAGIC(r_, {x}, {'0x00F000F0u' if hi else '0x000F000Fu'}); KVQ_HFMA2({out}, r_, {fix}); }}"
+    if b.bits == 8: raw = f"r_ = KVQ_PRMT({x}, 0x64646464u, {0x4341 if hi else 0x4240:#x});"   # bytes (1, 3) or (0, 2) of x, each beside 0x64
+    else: raw = f"KVQ_MAGIC(r_, {x}, {'0x00F000F0u' if hi else '0x000F000Fu'});"
+    fix = "0x2C002C00u, 0xD400D400u" if b.bits == 4 and hi else "0x3C003C00u, 0xE400E400u"   # x / 16 - 64, or x 1 - 1024
+    return f"uint32_t {out}; {{ uint32_t r_; {raw} KVQ_HFMA2({out}, r_, {fix}); }}"
 
 def _magic_key_dims(b, m):
     "AMAGIC: the dims (within a thread's range) of key step m's two register pairs, ((a0, a1)'s two, (a2, a3)'s two): where `_magic_pair` finds them in the words"
@@ -1211,8 +1210,8 @@ def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
     """Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`.
     `magic` (`_amagic` bands, lean loops): the dims `_magic_key_dims` names, by `_magic_pair`"""
     regs = []
+    j = (4 * m) // b.group_size if b.table is None and R > b.group_size else 0   # an affine band's group of this step's dims
     if magic:
-        j = (4 * m) // b.group_size if R > b.group_size else 0
         for r, (arr, hi) in enumerate((('ya', False), ('yb', False), ('ya', True), ('yb', True))):
             w = f"{word(arr)}[{m if b.bits == 8 else m >> 1}]"
             x = w if b.bits == 8 or not m & 1 else f"({w} >> 8)"
@@ -1223,7 +1222,6 @@ def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
     for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
         regs.append(_pair(b, 'ktab_s', ktoff, lut, loff, word(arr), (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
         if b.table is None:
-            j = (4 * m) // b.group_size if R > b.group_size else 0
             s, z = scl(arr[1], j)
             regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
     return regs

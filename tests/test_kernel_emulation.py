@@ -715,3 +715,29 @@ def test_branch_free_score_store(monkeypatch):
     monkeypatch.setattr(AK, '_score_store', lambda: store().replace('min(t, NV - 1)', 'min(t + 1, NV - 1)'))
     name, kc, vc, B, Hkv, G, D, n = cases[0]
     assert E.check(kc, vc, B, Hkv, G, D, n, True) > E.tolerance(kc, vc, G, D)
+
+def test_affine_codes_by_the_magic_number(monkeypatch):
+    """`AMAGIC`: the lean loops make 4- and 8-bit affine codes halves by or-ing them into 1024.0's mantissa (no pair-table
+    lookups, no integer conversions, their tables not filled), and the dequantized halves are the table's bit for bit:
+    where only the values are affine (`auto:B`'s calibrated keys beside 8-bit affine values) the emulated kernel's
+    output is the same array with it on and off. Not vacuous: with it off the source has no magic at all"""
+    kc, vc, D, G, n = E.calibrated_pair(64)[0], AffineCodec(8), 64, 4, 300
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    mx.random.seed(3)
+    q = mx.random.normal((1, 2, G, 1, D)) * D ** -0.5
+    kparts, vparts = kc.encode(mx.random.normal((1, 2, n, D))), vc.encode(mx.random.normal((1, 2, n, D)))
+    mask = mx.random.uniform(shape=(1, 1, 1, 1, n)) > 0.3
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(AK, 'AMAGIC', on)
+        src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+        assert ('0x64646464u' in src) == on
+        outs[on] = E.emulate(q, kp, vp, kparts, vparts, mask, n)
+    assert all(mx.array_equal(a, b) for a, b in zip(outs[True], outs[False]))
+    monkeypatch.setattr(AK, 'AMAGIC', True)
+    a4 = A.side_plan(AffineCodec(4), 128)
+    src = AK._decode_source(a4, a4, 4, 'cuda', half=True)
+    assert 'KVQ_MAGIC(r_, ' in src and 'klut[0 + i] = x' not in src   # 4-bit: one LOP3 a register, the shared pair table left unfilled
+    monkeypatch.setattr(AK, 'AMAGIC', False)
+    src = AK._decode_source(a4, a4, 4, 'cuda', half=True)
+    assert 'KVQ_MAGIC(r_, ' not in src and 'klut[0 + i] = x' in src
