@@ -86,12 +86,13 @@
 #       hldefault (HLTAB by default where it applies: the default kernels under Nsight Compute, one call per scheme on Gemma's shape twice and the issue's once: about 8 min)
 #       hlissue (the issue's shape with auto:5's plan there: HLTAB forced under LB = 4, the kernels at 2 blocks an SM; about 5 min)
 #       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
+#       vpbf / vpbf2 (VPACK, the weights' high and low parts in one product, and BFSTORE: GPU checks with both on, Nsight Compute at 131K each alone / both / neither; turbo:4, then affine:4, affine:8,4, turbo:3)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
-ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, warm caches, two launches) per knob set, turbo:4 then affine:4
+ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, warm caches, two launches) per knob set, for each scheme of $SCH (default turbo:4 then affine:4)
   local f=$1 re=$2 s k d; shift 2
-  for s in turbo:4 affine:4; do for k in "$@"; do
+  for s in ${SCH:-turbo:4 affine:4}; do for k in "$@"; do
     d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
       --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
     echo "$s ${CTX:-131072} $k: duration us $d" | tee -a "$f"; done; done
@@ -304,6 +305,12 @@ case $part in
            d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
              --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} BFSTORE=$k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
            echo "$s ${CTX:-131072} BFSTORE=$k: duration us $d" | tee -a "$O/kern.txt"; done; done ;;
+  vpbf) mkdir -p "$O/check" "$O/steps"   # VPACK and BFSTORE (both off until timed): the GPU checks with both on, then turbo:4's decode kernel at 131K under Nsight Compute, each alone and both against neither (about 8 min)
+        KVQ_KNOBS="BFSTORE=True VPACK=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+        KVQ_KNOBS="BFSTORE=True VPACK=True" timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+        tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+        SCH=turbo:4 ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "BFSTORE=True" "VPACK=True" "BFSTORE=True VPACK=True" "PF=2" "BFSTORE=True VPACK=True" ;;
+  vpbf2) SCH=${SCH:-affine:4 affine:8,4 turbo:3} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "BFSTORE=True" "VPACK=True" "BFSTORE=True VPACK=True" "PF=2" "BFSTORE=True VPACK=True" ;;   # the other schemes' decode kernels by VPACK / BFSTORE (about 5 min)
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

@@ -13,8 +13,8 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
-           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET',
-           'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BFSTORE', 'BMERGE_VNS',
+           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP', 'DYNLUT',
+           'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BFSTORE', 'BMERGE_VNS',
            'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -553,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1451,6 +1451,7 @@ OPAQUE = True            # lean loops: each row pointer made opaque to the compi
 QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
 VTLO = True              # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits take the tensor cores (`_mma_ok`). H200, 2026-11-30 (`bench/h200_20261130b/`): the 24K calibrated decode steps 5.5e-4 with it (failing the 2e-3 bar without it in earlier runs), Gemma's shape at 131K cal:5,4 62 -> 70-71 us, cal:3,2 125 us (SIMT) -> 52-57 us; False: tables rounded to float16 (calibrated values under 4 bits on the SIMT kernel)
+VPACK = False            # lean value loop with VLO and at most 4 query heads per KV head: the weights' high parts in the B operand's columns 0-3 and their low parts in columns 4-7 (lanes gid >= 4), one product per fragment instead of two (three with VTLO: two); columns g and g + 4 summed once, by one shuffle, before the warps' sums
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
@@ -1758,10 +1759,17 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
+def _vpack(G):
+    "Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4)"
+    return VPACK and VLO and G <= 4
+
 def _lean_values(vplan, G, rep, carry=False):
     """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates
     (weights of tokens past the chunk are 0). `carry` (`BMERGE`): (accumulators' declaration, the chunk's loop, the
-    warps' merge into the block's one partial) as three parts, the accumulators carried across the block's chunks"""
+    warps' merge into the block's one partial) as three parts, the accumulators carried across the block's chunks.
+    With `_vpack(G)` the accumulators' columns 4-7 (lanes tig 2, 3) hold the low parts' products of heads 0-3 until
+    the merge adds them to columns 0-3"""
+    vp = _vpack(G)
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
     Rv_of = lambda i: 4 * vsl[i]
@@ -1777,6 +1785,8 @@ def _lean_values(vplan, G, rep, carry=False):
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
         body.append("  " + _split('x0', 'x1', 'bh0', 'bl0' if VLO else None)); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1' if VLO else None))
+        if vp: body.append("  const uint32_t bp0 = gid < 4 ? bh0 : bl0, bp1 = gid < 4 ? bh1 : bl1;   // columns 0-3 the high parts, 4-7 the low parts (VPACK)")
+        bw = ('bp0', 'bp1') if vp else ('bh0', 'bh1')
         il = IL4 and b.bits == 4 and not aff   # the token pairs' codes interleaved: each lookup gives a fragment register (two tokens, one channel)
         if il:
             W = -(-Rv * b.bits // 32)
@@ -1818,17 +1828,21 @@ def _lean_values(vplan, G, rep, carry=False):
                 frag = (f"{{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
                 lfrag = "{KVQ_PRMT(l0, l1, 0x5410), KVQ_PRMT(l0, l1, 0x7632), KVQ_PRMT(l2, l3, 0x5410), KVQ_PRMT(l2, l3, 0x7632)}"
-            third = f" {{ {' '.join(lows)} const uint32_t al[4] = {lfrag}; KVQ_MMA(acc[{MT}], al, bh0, bh1); }}" if lo else ''
-            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, bh0, bh1);{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO else ''}{third} }}")
+            third = f" {{ {' '.join(lows)} const uint32_t al[4] = {lfrag}; KVQ_MMA(acc[{MT}], al, {bw[0]}, {bw[1]}); }}" if lo else ''
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, {bw[0]}, {bw[1]});{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO and not vp else ''}{third} }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1
         body.append("}")
         bands.append("{\n                " + "\n                ".join(body) + "\n            }")
-    tokset = """const int tq = tb + 4 * tig;
+    if vp:   # columns g + 4 (the low parts) added to columns g once, before the warps' sums read columns 0-3
+        fold = f"for (int m_ = 0; m_ < {MT}; ++m_) for (int e = 0; e < 4; ++e) acc[m_][e] += KVQ_SHFL(acc[m_][e], 2);"
+        acc_out.insert(0, fold); slab_out.insert(0, fold)
+    hd = "(gid & 3)" if vp else "gid"   # the head whose weights lane (gid, tig) holds
+    tokset = f"""const int tq = tb + 4 * tig;
             float p[4];
             #pragma unroll
-            for (int e = 0; e < 4; ++e) p[e] = gid < G ? sc[(tq + e) * G + gid] : 0.0f;   // 0 past the last token (softmax of -inf)"""
+            for (int e = 0; e < 4; ++e) p[e] = {hd} < G ? sc[(tq + e) * G + {hd}] : 0.0f;   // 0 past the last token (softmax of -inf)"""
     nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
     acc = f"""float acc[{MT}][4];
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
@@ -1853,12 +1867,12 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax(MT=None):
+def _warp_softmax(MT=None, vp=False):
     """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
     head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
     across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
     rescaled by e^(old - new) first, the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once,
-    after the last chunk)"""
+    after the last chunk). `vp` (`_vpack`): the accumulators' columns 4-7 (lanes tig 2, 3) are heads 0-3's too"""
     carry = MT is not None
     w = 'cm' if carry else 'm'    # the max the weights are taken against
     join = f"""
@@ -1866,8 +1880,8 @@ def _warp_softmax(MT=None):
         for (int g = 0; g < G; ++g) {{
             const float mn = KVQ_MAX(cm[g], m[g]), f = cm[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(cm[g] - mn);
             cm[g] = mn; cl[g] *= f;
-            if (g == 2 * tig) f0 = f;
-            if (g == 2 * tig + 1) f1 = f;
+            if (g == {'(2 * tig & 3)' if vp else '2 * tig'}) f0 = f;
+            if (g == {'(2 * tig & 3)' if vp else '2 * tig'} + 1) f1 = f;
         }}
         for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
     done = ("for (int g = 0; g < G; ++g) { for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }" if carry else
@@ -1983,7 +1997,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT)}    {loop}    }}
+{_warp_softmax(MT, _vpack(G))}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

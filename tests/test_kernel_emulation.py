@@ -109,7 +109,7 @@ def test_block_merge(monkeypatch):
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, lpch, lo, masked)
     orig = AK._warp_softmax
-    monkeypatch.setattr(AK, '_warp_softmax', lambda MT=None: orig(MT).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
+    monkeypatch.setattr(AK, '_warp_softmax', lambda *a: orig(*a).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
     monkeypatch.setattr(AK, 'LPCH', 2)
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
@@ -741,3 +741,52 @@ def test_affine_codes_by_the_magic_number(monkeypatch):
     monkeypatch.setattr(AK, 'AMAGIC', False)
     src = AK._decode_source(a4, a4, 4, 'cuda', half=True)
     assert 'KVQ_MAGIC(r_, ' not in src and 'klut[0 + i] = x' in src
+
+def test_weights_high_and_low_parts_in_one_product(monkeypatch):
+    """`VPACK`: with at most 4 query heads per KV head the value loop's B operand carries the weights' high parts in
+    columns 0-3 and their low parts in columns 4-7, one tensor-core product per fragment instead of two. On the emulator
+    the same attention as the reference for turbo, affine (magic-number) and calibrated values (the tables' low parts,
+    two products instead of three), folded with each block's chunks merged (`BMERGE`, the carried accumulators rescaled
+    per column's head) and not, masked and not, 2 and 4 query heads; 8 query heads keep two products. Not vacuous: the
+    low parts' columns added from the wrong lanes, or rescaled with another head's factor, are caught"""
+    monkeypatch.setattr(AK, 'VPACK', True)
+    cases = [c for c in E.CASES if c[0] in ('turbo:4', 'affine:8,4', 'affine:4 g32 / affine:4, 2 heads', 'calibrated 5o/4o')]
+    for name, kc, vc, B, Hkv, G, D, n in cases:
+        kc, vc = _pair(kc, vc, D)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        if not AK._lean_ok(kp, vp): monkeypatch.setattr(AK, 'LEAN_ANY', True)
+        src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+        assert 'const uint32_t bp0 = gid < 4 ? bh0 : bl0' in src and ', a, bl0, bl1)' not in src, name
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+        monkeypatch.setattr(AK, 'LEAN_ANY', AK.LEAN_ANY)
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0); monkeypatch.setattr(AK, 'LPCH', 3)   # each block carries its softmax over 2-3 chunks
+    name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    assert AK._bmerge_ok(kp, vp, G) and "(2 * tig & 3)" in AK._decode_source(kp, vp, G, 'cuda', 'rot', fold='rot')
+    for masked in (False, True):
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+    a8 = A.side_plan(AffineCodec(4), 64)
+    assert 'bp0' not in AK._decode_source(a8, a8, 8, 'cuda', half=True) and 'bp0' in AK._decode_source(a8, a8, 4, 'cuda', half=True)
+    orig_v, orig_w = AK._lean_values, AK._warp_softmax
+    def wrong(*a, **k):
+        out = orig_v(*a, **k)
+        f = lambda s: s.replace("KVQ_SHFL(acc[m_][e], 2)", "KVQ_SHFL(acc[m_][e], 1)")
+        return tuple(f(x) for x in out) if isinstance(out, tuple) else f(out)
+    monkeypatch.setattr(AK, '_lean_values', wrong)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+    monkeypatch.setattr(AK, '_lean_values', orig_v)
+    # the low parts are below float16's output precision here: made equal to the high parts (every weight counted twice,
+    # the same wrong output with and without VPACK), a low column rescaled with another head's factor shows
+    split = AK._split
+    monkeypatch.setattr(AK, '_split', lambda x0, x1, hi, lo: split(x0, x1, hi, None) + (f" uint32_t {lo} = {hi};" if lo else ""))
+    mx.random.seed(0)
+    q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
+    kparts, vparts = kc.encode(mx.random.normal((B, Hkv, n, D))), vc.encode(mx.random.normal((B, Hkv, n, D)))
+    def out(vpack, join=orig_w):
+        monkeypatch.setattr(AK, 'VPACK', vpack); monkeypatch.setattr(AK, '_warp_softmax', join)
+        return E.emulate_fold(q, kp, vp, kparts, vparts, None, n, D ** -0.5).astype(mx.float32)
+    two = out(False)
+    rel = lambda a: (mx.abs(a - two).max() / mx.abs(two).max()).item()
+    assert rel(out(True)) <= 2e-3
+    assert rel(out(True, lambda *a: orig_w(*a).replace("(2 * tig & 3)", "2 * tig"))) > 1e-2
