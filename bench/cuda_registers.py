@@ -77,24 +77,25 @@ def loops(dump):
             if c['HMMA']: out.append((int(m.group(1), 16), len(body), c))
     return sorted(out, key=lambda x: x[1])
 
-def decode_inputs(kplan, vplan, qprep):
+def decode_inputs(kplan, vplan, qprep, mask='float'):
     ins = [('q', '__half' if qprep else 'float')] + [(f'kw{i}', 'uint32_t') for i in range(len(kplan.bands))] + \
           [(f'kg{i}', '__half') for i in range(len(kplan.bands))] + ([('kz0', '__half')] if kplan.kind == 'affine' else [])
     ins += [(f'vw{i}', 'uint32_t') for i in range(len(vplan.bands))] + [(f'vg{i}', '__half') for i in range(len(vplan.bands))] + \
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
-    return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', 'float'), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
+    return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', mask), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
-def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None, lb=None):
+def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None, lb=None, mask='float'):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
     finishes the attention itself; `include`: the body given as `packing.INCLUDE` gives it, one `#include` of a file;
     `tail` = (key dim, stage capacity, key bits, value bits[, write]) with `fold`: the variant that quantizes and merges a cache's staged tokens,
     with `write` the one that also takes the step's token and writes the staging buffers; `lb`: its launch bounds'
-    resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel)"""
+    resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel; `mask`: the mask input's type, float for
+    a masked call, 'int32_t' for a call without a mask: `attention._mask_input`'s placeholder)"""
     qprep = _finish_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None, lb=lb)
-    ins, outs = decode_inputs(kplan, vplan, qprep), [('o', 'float'), ('ml', 'float')]
+    ins, outs = decode_inputs(kplan, vplan, qprep, mask), [('o', 'float'), ('ml', 'float')]
     if fin: ins, outs = ins + [('cnt', 'float')] + [(n, 'float') for n in _fold_inputs(fin)], [('scr', 'float'), ('out', '__half')]
     if fin and tail: ins = ins + [('ts', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
     if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('so', '__half')]

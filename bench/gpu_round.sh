@@ -310,7 +310,7 @@ case $part in
         KVQ_KNOBS="BFSTORE=True VPACK=True" timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
         SCH=turbo:4 ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "BFSTORE=True" "VPACK=True" "BFSTORE=True VPACK=True" "PF=2" "BFSTORE=True VPACK=True" ;;
-  vpbf2) SCH=${SCH:-affine:4 affine:8,4 turbo:3} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "BFSTORE=True" "VPACK=True" "BFSTORE=True VPACK=True" "PF=2" "BFSTORE=True VPACK=True" ;;   # the other schemes' decode kernels by VPACK / BFSTORE (about 5 min)
+  vpbf2) SCH=${SCH:-affine:4 affine:8,4} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK=True" "BFSTORE=True" "BFSTORE=True VPACK=True" ;;   # the affine schemes' decode kernels by VPACK / BFSTORE (about 3.5 min)
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

@@ -1750,7 +1750,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
                 const int t = ta + (e >> 1) * 8, g = 2 * tig + (e & 1);
                 {_score_store()}
             }}"""
-    if BFSTORE: qfr.append("const float* const mrow = mask + (HAS_MASK ? (long)b * N + t0 : 0);   // the chunk's mask row")
+    if BFSTORE: qfr.append("const float* const mrow = reinterpret_cast<const float*>(mask) + (HAS_MASK ? (long)b * N + t0 : 0);   // the chunk's mask row (a call without a mask passes an int32 placeholder, never read)")
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
         {_lean_loop(decl, load, tokset, nts, body, 'k')}

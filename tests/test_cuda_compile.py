@@ -35,6 +35,16 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
+@pytest.mark.parametrize('bfstore', [False, True], ids=['branches', 'branch-free'])
+def test_unmasked_call_compiles(bfstore, monkeypatch):
+    """A decode call without a mask passes an int32 placeholder as its mask (`attention._mask_input`), so the kernel's
+    `mask` is an int32 pointer there: the folded tensor-core kernel compiles with it, with and without `BFSTORE` (whose
+    hoisted mask row first failed to compile so on an H200, 2026-11-30, while the float-mask compiles here passed)"""
+    monkeypatch.setattr(AK, 'BFSTORE', bfstore)
+    _, kc, vc, G, D = CASES[0]
+    (regs, spill, smem), fin = CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True, mask='int32_t')
+    assert fin == 'rot' and 0 < regs <= 255
+
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),
           ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32),
