@@ -64,7 +64,7 @@ def compile_ptxas(name, source, arch, sass=False):
     return res + (ops, dump)
 
 def loops(dump):
-    "(first address, instructions, Counter of opcodes) of every loop of the SASS `dump` whose body holds tensor-core products (HMMA), innermost first"
+    "(first address, instructions, Counter of opcodes) of every loop of the SASS `dump` whose body holds tensor-core products (HMMA, or IMMA: `AINT8`), innermost first"
     import collections
     ins = [(int(a, 16), t.strip()) for a, t in re.findall(r'/\*([0-9a-f]{4,})\*/\s+(.*?);', dump)]
     op = lambda t: re.sub(r'^@!?U?P\w+\s+', '', t).split()[0].split('.')[0]
@@ -74,7 +74,7 @@ def loops(dump):
         if m and int(m.group(1), 16) < a:
             body = [x for x in ins if int(m.group(1), 16) <= x[0] <= a]
             c = collections.Counter(op(x[1]) for x in body)
-            if c['HMMA']: out.append((int(m.group(1), 16), len(body), c))
+            if c["HMMA"] or c["IMMA"]: out.append((int(m.group(1), 16), len(body), c))
     return sorted(out, key=lambda x: x[1])
 
 def decode_inputs(kplan, vplan, qprep, mask='float'):

@@ -86,7 +86,8 @@
 #       hldefault (HLTAB by default where it applies: the default kernels under Nsight Compute, one call per scheme on Gemma's shape twice and the issue's once: about 8 min)
 #       hlissue (the issue's shape with auto:5's plan there: HLTAB forced under LB = 4, the kernels at 2 blocks an SM; about 5 min)
 #       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
-#       vpbf / vpbf2 (VPACK, the weights' high and low parts in one product, and BFSTORE: GPU checks with both on, Nsight Compute at 131K each alone / both / neither; turbo:4, then affine:4, affine:8,4, turbo:3)
+#       vpack  (VPACK, the weights' high and low parts in one tensor-core product: the GPU checks, then Nsight Compute at 131K against it off)
+#       aint8  (AINT8, affine keys on the integer tensor cores: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -297,20 +298,17 @@ case $part in
   amagic8b) n=0; for k in True False True False; do n=$((n + 1))   # a Llama-3.1-8B-shaped model at 131K, fp16 / affine:4 / affine:8,4, AMAGIC on / off alternating (about 4 min; a first run, off then on, printed its tables only: `=` in its log names)
            KVQ_KNOBS="AMAGIC=$k" timeout 140 python3 bench/kvq_knobs.py bench --whole-model llama-3.1-8b --kv fp16 affine:4 affine:8,4 --context 131072 --rounds 3 --steps 16 > "$O/model8b_${n}_$k.log" 2>&1
            echo "AMAGIC $k"; grep -E "^\|" "$O/model8b_${n}_$k.log" | tail -3; done ;;
-  bfstore) mkdir -p "$O/check" "$O/steps"   # the lean score loop's branch-free score store (BFSTORE, off until timed): the GPU checks with it on, then the decode kernel at 131K under Nsight Compute on / off alternating (about 8 min)
-         KVQ_KNOBS="BFSTORE=True" timeout 330 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
-         KVQ_KNOBS="BFSTORE=True" timeout 330 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+  vpack) mkdir -p "$O/check" "$O/steps"   # VPACK (on since 2026-11-30; its first runs were the parts vpbf / vpbf2 of commit 820a849, beside BFSTORE, since removed): the GPU checks, then the decode kernel at 131K under Nsight Compute against VPACK=False (about 8 min)
+         timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
-         for s in turbo:4 affine:4 turbo:3; do for k in True False True False; do
-           d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 \
-             --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} BFSTORE=$k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-           echo "$s ${CTX:-131072} BFSTORE=$k: duration us $d" | tee -a "$O/kern.txt"; done; done ;;
-  vpbf) mkdir -p "$O/check" "$O/steps"   # VPACK and BFSTORE (both off until timed): the GPU checks with both on, then turbo:4's decode kernel at 131K under Nsight Compute, each alone and both against neither (about 8 min)
-        KVQ_KNOBS="BFSTORE=True VPACK=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
-        KVQ_KNOBS="BFSTORE=True VPACK=True" timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-        tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
-        SCH=turbo:4 ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "BFSTORE=True" "VPACK=True" "BFSTORE=True VPACK=True" "PF=2" "BFSTORE=True VPACK=True" ;;
-  vpbf2) SCH=${SCH:-affine:4 affine:8,4} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK=True" "BFSTORE=True" "BFSTORE=True VPACK=True" ;;   # the affine schemes' decode kernels by VPACK / BFSTORE (about 3.5 min)
+         SCH=${SCH:-turbo:4 affine:4 affine:8,4} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK=False" "PF=2" "VPACK=False" ;;
+  aint8) mkdir -p "$O/check" "$O/steps"   # AINT8 (affine keys on the integer tensor cores, off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
+         KVQ_KNOBS="AINT8=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --cases affine --out "$O/check" > "$O/check/run.log" 2>&1 &
+         KVQ_KNOBS="AINT8=True" timeout 320 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+         SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" "PF=2" "AINT8=True"
+         CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" ;;
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

@@ -14,7 +14,7 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
            'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP', 'DYNLUT',
-           'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'BFSTORE', 'BMERGE_VNS',
+           'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8', 'BMERGE_VNS',
            'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -553,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, AINT8)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -950,6 +950,7 @@ _MMA_PRELUDE = r"""
 #define KVQ_HFMA2(r, a, b, c) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c))
 #define KVQ_PRMT(a, b, s) __byte_perm((a), (b), (s))
 #define KVQ_MAGIC(r, x, m) asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(m), "r"(0x64006400u))   /* r = (x & m) | 0x64006400: one LOP3 */
+#define KVQ_IMMA(d, a, b0, b1) asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 #define KVQ_CP4(dst, src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 #define KVQ_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define KVQ_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
@@ -1451,7 +1452,7 @@ OPAQUE = True            # lean loops: each row pointer made opaque to the compi
 QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
 VTLO = True              # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits take the tensor cores (`_mma_ok`). H200, 2026-11-30 (`bench/h200_20261130b/`): the 24K calibrated decode steps 5.5e-4 with it (failing the 2e-3 bar without it in earlier runs), Gemma's shape at 131K cal:5,4 62 -> 70-71 us, cal:3,2 125 us (SIMT) -> 52-57 us; False: tables rounded to float16 (calibrated values under 4 bits on the SIMT kernel)
-VPACK = False            # lean value loop with VLO and at most 4 query heads per KV head: the weights' high parts in the B operand's columns 0-3 and their low parts in columns 4-7 (lanes gid >= 4), one product per fragment instead of two (three with VTLO: two); columns g and g + 4 summed once, by one shuffle, before the warps' sums
+VPACK = True             # lean value loop with VLO and at most 4 query heads per KV head: the weights' high parts in the B operand's columns 0-3 and their low parts in columns 4-7 (lanes gid >= 4), one product per fragment instead of two (three with VTLO: two); columns g and g + 4 summed once, by one shuffle, before the warps' sums. H200, 2026-11-30, Nsight Compute, the decode kernel at 131K, issue's shape (`bench/h200_20261130f/`): turbo:4 84.5-85.3 -> 79.4-80.3 us, affine:4 88.1-90.6 -> 81.5-81.9, affine:8,4 96.0-96.3 -> 92.9-93.4
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
 REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory
 
@@ -1515,7 +1516,7 @@ def _lean_rep(kplan, vplan, G, staged=0):
     memory) within DYN_BUDGET for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G + 4 * _hl_words(vplan)   # + the warps' softmax statistics (`WSM`) and the (high, low) half table (`HLTAB`)
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G)   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
@@ -1526,7 +1527,7 @@ def _dyn_request(need, kplan, vplan, G):
     smaller request over that total fails at launch). The static part is estimated from above (`_mma_shared_bytes`
     counts buffers the lean kernel does not declare), so a request is at worst rounded up needlessly;
     `test_dynamic_shared_memory_launches` checks the rule against ptxas's static bytes"""
-    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 4 * _hl_words(vplan) + 64
+    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G) + 64
     return need if need > 48000 or need + static <= 48 * 1024 - 512 else 48004
 
 def dynamic_shared_bytes(source):
@@ -1692,23 +1693,91 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
         }}{post}"""
     return (pro, loop) if split else pro + loop
 
-BFSTORE = False          # lean score loop: each tile's scores stored without branches (the mask read at the token clamped to the chunk, as every load of the loop is, then selected), not behind a branch per score that skips the read past the chunk. Offline (`bench/cuda_registers.py --fold --sass --loops --set BFSTORE=True`, sm_90, SASS per three tiles, score / value loop): turbo:4 674 / 637 -> 633 / 613, turbo:3 785 / 817 -> 747 / 822, affine:4 741 / 704 -> 699 / 655, affine:8,4 483 / 686 -> 505 / 701 (the branches of the store gone: 33 -> 3 in turbo:4's score loop; the register allocation moves with it: spills 28 -> 40, 108 -> 136, 68 -> 48 bytes); not yet run on a GPU (`bash bench/gpu_round.sh bfstore`)
+AINT8 = False            # lean score loop, one affine key band of 4 or 8 bits, at most 4 query heads: the codes as unsigned bytes times the query as 16-bit fixed point (two signed bytes) on the integer tensor cores (`mma` m16n8k32 u8 x s8, exact int32 sums), each token's group scale and bias applied after the products (`_aint8`); not yet timed on a GPU
 
-def _score_store():
-    "Source: thread (gid, tig)'s score e of the tile into the score buffer (`sc`), masked, -inf past the chunk (`BFSTORE`: without branches)"
-    if BFSTORE:
-        return ("const float mv = HAS_MASK ? KVQ_LDGS(mrow + min(t, NV - 1)) : 0.0f;"
-                " const float v = (e >> 1 ? okb : oka) ? sacc[e] + mv : KVQ_NEG_INF; if (g < G) sc[t * G + g] = v;")
-    return "if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;"
+def _aint8(kplan, G):
+    """(dims per thread R, scale-group slots 1 or 2) where the lean score loop takes the keys on the integer tensor
+    cores (`AINT8`): one affine band of 4 or 8 bits, G <= 4, each thread's R dims inside one scale group and the head's
+    dims in at most two groups (the B operand's eight columns are (group slot, head) pairs); else None"""
+    if not (AINT8 and G <= 4 and len(kplan.bands) == 1): return None
+    b = kplan.bands[0]; R = 8 * _side_layout(kplan)[0][0]
+    if b.table is not None or b.bits not in (4, 8) or b.group_size % R or 4 * R > 2 * b.group_size: return None
+    return R, 2 if 4 * R > b.group_size else 1
+
+def _aint8_words(kplan, G):
+    "Shared words of AINT8's query (`_aint8_prep`): 4 floats per head (inverse scale, scale, the fixed-point sums of the two slots) and every lane's B registers, 0 where it does not apply"
+    got = _aint8(kplan, G)
+    return 0 if got is None else 4 * G + 32 * (got[0] // 2)
+
+def _aint8_prep(kplan, G):
+    """Source, once per block after the query is in `qs`: per head h the fixed-point scale (x = rint(q / sg), |x| <=
+    32639 = 127 * 257, so x = 256 hi + lo with hi, lo signed bytes) and the sums sg * sum(x) over each group slot's dims
+    (`qfx`: isg, sg, two sums; warp 0), then every lane's B registers (`qbw[r * 32 + lane]`): register 4m + (0, 1, 2,
+    3) of step m = the high bytes of k-rows (4 tig .. 4 tig + 3, 16 + 4 tig ..), then the low bytes. Column n = gid is
+    (slot n >> 2, head n & 3), zero where the head is past G or the slot is not that of the thread's dims; the k-rows
+    of step m are the dims R tig + 8m + (0, 2, 4, 6 | 1, 3, 5, 7) for 4 bits (a word's low / high nibbles), (0..3 |
+    4..7) for 8"""
+    R, ngr = _aint8(kplan, G); b = kplan.bands[0]; KD = 4 * R
+    qv = lambda h, d: f"qs[(({d}) >> 5) * QST + (({d}) & 31) * G + ({h})]"
+    dim = "2 * i + hv" if b.bits == 4 else "4 * hv + i"
+    return f"""    if (warp == 0) {{   // AINT8: each head's fixed-point scale and the sums of its fixed-point query per group slot
+        for (int h = 0; h < G; ++h) {{
+            float m = 0.0f, s0 = 0.0f, s1 = 0.0f;
+            for (int d = lane; d < {KD}; d += 32) m = KVQ_MAX(m, fabsf({qv('h', 'd')}));
+            for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
+            const float isg = m > 0.0f ? 32639.0f / m : 0.0f;
+            for (int d = lane; d < {KD}; d += 32) {{ const float x = rintf({qv('h', 'd')} * isg); if (d < {b.group_size}) s0 += x; else s1 += x; }}
+            for (int off = 16; off > 0; off >>= 1) {{ s0 += KVQ_SHFL(s0, off); s1 += KVQ_SHFL(s1, off); }}
+            const float sg = m / 32639.0f;
+            if (lane == 0) {{ qfx[4 * h] = isg; qfx[4 * h + 1] = sg; qfx[4 * h + 2] = sg * s0; qfx[4 * h + 3] = sg * s1; }}
+        }}
+    }}
+    KVQ_SYNC();
+    for (int w = tid; w < {32 * (R // 2)}; w += {NT}) {{   // lane l's B register r at qbw[r * 32 + l]
+        const int l = w & 31, r = w >> 5, hh = (l >> 2) & 3, tt = l & 3, hv = r & 1;
+        uint32_t v = 0u;
+        if (hh < G && (l >> 4) == ({R} * tt) / {b.group_size}) {{
+            const float is = qfx[4 * hh];
+            for (int i = 0; i < 4; ++i) {{
+                const int d = {R} * tt + 8 * (r >> 2) + {dim};
+                const int x = (int)rintf({qv('hh', 'd')} * is), hi = (x + 128) >> 8;
+                v |= (uint32_t)(((r & 2) ? x - 256 * hi : hi) & 0xFF) << (8 * i);
+            }}
+        }}
+        qbw[w] = v;
+    }}
+"""
+
+def _aint8_band(b, i, R, ngr):
+    """Source: the scores of one tile from the band's codes on the integer tensor cores (`AINT8`): per step m the
+    A registers are 4 or 8 codes of tokens gid / gid + 8 as bytes (4 bits: a word's low nibbles and high nibbles, each
+    one LOP3 apart; 8 bits: the words themselves), two products (the query's high and low bytes) into exact int32 sums;
+    then per column (slot, head) s * sg * (256 hi + lo) + z * sg * sum(x), the two slots summed by one shuffle"""
+    steps = []
+    for m in range(R // 8):
+        if b.bits == 4:
+            regs = [f"ya{i}[{m}] & 0x0F0F0F0Fu", f"yb{i}[{m}] & 0x0F0F0F0Fu", f"(ya{i}[{m}] >> 4) & 0x0F0F0F0Fu", f"(yb{i}[{m}] >> 4) & 0x0F0F0F0Fu"]
+        else: regs = [f"ya{i}[{2 * m}]", f"yb{i}[{2 * m}]", f"ya{i}[{2 * m + 1}]", f"yb{i}[{2 * m + 1}]"]
+        steps.append(f"  {{ const uint32_t a[4] = {{{', '.join(regs)}}}; KVQ_IMMA(ih, a, qb[{4 * m}], qb[{4 * m + 1}]); KVQ_IMMA(il, a, qb[{4 * m + 2}], qb[{4 * m + 3}]); }}")
+    both = "p + KVQ_SHFL(p, 2)" if ngr == 2 else "p"
+    return "\n            ".join([f"{{ int ih[4] = {{0, 0, 0, 0}}, il[4] = {{0, 0, 0, 0}};   // AINT8: exact sums of codes x the query's high / low bytes"] + steps + [
+        f"  const float sa = (float)sa{i}_0, za = (float)za{i}_0, sb = (float)sb{i}_0, zb = (float)zb{i}_0;",
+        f"  #pragma unroll\n            for (int e = 0; e < 4; ++e) {{ const float p = ((e >> 1) ? sb : sa) * ((e & 1) ? qg1 : qg0) * (float)(ih[e] * 256 + il[e]) + ((e >> 1) ? zb : za) * ((e & 1) ? qz1 : qz0); sacc[e] += {both}; }} }}"])
 
 def _lean_keys(kplan, G, rep, wsm=False):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
     ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
     qfr = []
     kb = 0
+    ai = _aint8(kplan, G)
+    if ai:   # the lane's B registers and, for its accumulator columns (slot tig >> 1, heads (2 tig & 3) + 0 / 1), the scales and the query's sums
+        qfr.append(f"uint32_t qb[{ai[0] // 2}]; for (int r_ = 0; r_ < {ai[0] // 2}; ++r_) qb[r_] = qbw[r_ * 32 + lane];")
+        qfr.append("const int he = 2 * tig & 3, sl = tig >> 1;")
+        qfr.append("const float qg0 = he < G ? qfx[4 * he + 1] : 0.0f, qg1 = he + 1 < G ? qfx[4 * he + 5] : 0.0f,"
+                   " qz0 = he < G ? qfx[4 * he + 2 + sl] : 0.0f, qz1 = he + 1 < G ? qfx[4 * he + 6 + sl] : 0.0f;")
     for i, b in enumerate(kplan.bands):
         ns = ksl[i]; R = 8 * ns
-        for m in range(2 * ns):
+        for m in range(0 if ai else 2 * ns):
             d = f"{32 * kfirst[i]} + {R} * tig"
             q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
             (e0, e1), (e2, e3) = _magic_key_dims(b, m) if _amagic(b) else ((4 * m, 4 * m + 1), (4 * m + 2, 4 * m + 3))
@@ -1722,6 +1791,8 @@ def _lean_keys(kplan, G, rep, wsm=False):
     bands, kb = [], 0
     for i, b in enumerate(kplan.bands):
         ns = ksl[i]; R = 8 * ns; aff = b.table is None
+        if ai:
+            bands.append(_aint8_band(b, i, *ai)); continue
         body = []
         if aff:
             for j in range(len(grp_of(i, b))):
@@ -1748,9 +1819,8 @@ def _lean_keys(kplan, G, rep, wsm=False):
             #pragma unroll
             for (int e = 0; e < 4; ++e) {{
                 const int t = ta + (e >> 1) * 8, g = 2 * tig + (e & 1);
-                {_score_store()}
+                if (g < G) sc[t * G + g] = (e >> 1 ? okb : oka) ? sacc[e] + (HAS_MASK ? mask[(long)b * N + t0 + t] : 0.0f) : KVQ_NEG_INF;
             }}"""
-    if BFSTORE: qfr.append("const float* const mrow = reinterpret_cast<const float*>(mask) + (HAS_MASK ? (long)b * N + t0 : 0);   // the chunk's mask row (a call without a mask passes an int32 placeholder, never read)")
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
         {_lean_loop(decl, load, tokset, nts, body, 'k')}
@@ -1759,19 +1829,21 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
-def _vpack(G):
-    "Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4)"
-    return VPACK and VLO and G <= 4
+def _vpack(G, VNS):
+    """Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4, values
+    of at most BMERGE_VNS 32-dim slices: at head dim 256 the folded turbo:4 kernel spilled 84 bytes with it under LB = 4,
+    16 without, and it was not timed there)"""
+    return VPACK and VLO and G <= 4 and VNS <= BMERGE_VNS
 
 def _lean_values(vplan, G, rep, carry=False):
     """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates
     (weights of tokens past the chunk are 0). `carry` (`BMERGE`): (accumulators' declaration, the chunk's loop, the
     warps' merge into the block's one partial) as three parts, the accumulators carried across the block's chunks.
-    With `_vpack(G)` the accumulators' columns 4-7 (lanes tig 2, 3) hold the low parts' products of heads 0-3 until
+    With `_vpack(G, VNS)` the accumulators' columns 4-7 (lanes tig 2, 3) hold the low parts' products of heads 0-3 until
     the merge adds them to columns 0-3"""
-    vp = _vpack(G)
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
+    vp = _vpack(G, VNS)
     Rv_of = lambda i: 4 * vsl[i]
     grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
     stg = 'v' in _STAGED
@@ -1967,6 +2039,8 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     wsm = _wsm_ok(VNS, G)   # (`carry` only where `_bmerge_ok`, which implies it)
     luts = f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else ''
+    ai = _aint8(kplan, G)
+    if ai: luts += f"KVQ_SHARED float qfx[{4 * G}];\n    KVQ_SHARED uint32_t qbw[{32 * (ai[0] // 2)}];\n    "
     VLL = _vlo_words(vplan)   # the values' low-part pair table (VTLO)
     tw = rep * ((KL if share else KL + VL) + VLL)   # the pair tables' words
     if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
@@ -1985,7 +2059,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}
     {_lean_rows(kplan, vplan)}
-{_qload(kplan, vplan, G, qprep)}    {fill}
+{_qload(kplan, vplan, G, qprep)}{_aint8_prep(kplan, G) if ai else ''}    {fill}
     KVQ_SYNC();
 """
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
@@ -1997,7 +2071,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT, _vpack(G))}    {loop}    }}
+{_warp_softmax(MT, _vpack(G, VNS))}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

@@ -78,6 +78,26 @@ static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
     }
     g_wbar[t >> 5]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) d[e] = out[e]; }
+static void kvq_imma(int* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    // mma.sync m16n8k32 row.col s32.u8.s8.s32: A unsigned bytes, B signed bytes, exact int32 sums (PTX fragment layouts)
+    const int t = g_tid, lane = t & 31, base = t - lane;
+    for (int k = 0; k < 4; ++k) g_ma[t][k] = a[k];
+    g_mb[t][0] = b0; g_mb[t][1] = b1;
+    g_wbar[t >> 5]->arrive_and_wait();
+    const int gid = lane >> 2, tig = lane & 3;
+    int out[4];
+    for (int e = 0; e < 4; ++e) {
+        const int row = gid + 8 * (e >> 1), col = 2 * tig + (e & 1);
+        long long acc = d[e];
+        for (int k = 0; k < 32; ++k) {
+            const int al = base + (row & 7) * 4 + ((k & 15) >> 2), areg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+            const int bl = base + col * 4 + ((k & 15) >> 2), breg = k >= 16 ? 1 : 0;
+            acc += (long long)(uint8_t)(g_ma[al][areg] >> (8 * (k & 3))) * (long long)(int8_t)(uint8_t)(g_mb[bl][breg] >> (8 * (k & 3)));
+        }
+        out[e] = (int)acc;
+    }
+    g_wbar[t >> 5]->arrive_and_wait();
+    for (int e = 0; e < 4; ++e) d[e] = out[e]; }
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
@@ -96,6 +116,7 @@ MACROS = r"""
 #define KVQ_NEG_INF (-INFINITY)
 #define KVQ_U64 unsigned long long
 #define KVQ_MMA(d, a, b0, b1) kvq_mma((d), (a), (b0), (b1))
+#define KVQ_IMMA(d, a, b0, b1) kvq_imma((d), (a), (b0), (b1))
 #define KVQ_H2(r, lo, hi) ((r) = kvq_h2((lo), (hi)))
 #define KVQ_H2F(flo, fhi, r) do { (flo) = kvq_hf((r), 0); (fhi) = kvq_hf((r), 1); } while (0)
 #define KVQ_HFMA2(r, a, b, c) ((r) = kvq_hfma2((a), (b), (c)))

@@ -35,15 +35,29 @@ def test_decode_kernel_compiles(case, mma, fold, monkeypatch):
     assert (fin is not None) == fold
     assert 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']
 
-@pytest.mark.parametrize('bfstore', [False, True], ids=['branches', 'branch-free'])
-def test_unmasked_call_compiles(bfstore, monkeypatch):
+def test_unmasked_call_compiles():
     """A decode call without a mask passes an int32 placeholder as its mask (`attention._mask_input`), so the kernel's
-    `mask` is an int32 pointer there: the folded tensor-core kernel compiles with it, with and without `BFSTORE` (whose
-    hoisted mask row first failed to compile so on an H200, 2026-11-30, while the float-mask compiles here passed)"""
-    monkeypatch.setattr(AK, 'BFSTORE', bfstore)
+    `mask` is an int32 pointer there: the folded tensor-core kernel compiles with it (a score store that read the mask
+    through a float pointer first failed to compile so on an H200, 2026-11-30, while the float-mask compiles here passed)"""
     _, kc, vc, G, D = CASES[0]
     (regs, spill, smem), fin = CR.compile_decode(side_plan(kc, D), side_plan(vc, D), G, True, mask='int32_t')
     assert fin == 'rot' and 0 < regs <= 255
+
+@pytest.mark.parametrize('bits,D', [(8, 128), (4, 128), (4, 64)])
+def test_integer_key_products_compile(bits, D, monkeypatch):
+    """`AINT8`: the folded kernel with affine keys on the integer tensor cores (`mma` m16n8k32, unsigned codes times signed
+    query bytes) compiles for sm_90, and its SASS holds the integer products (`IMMA`) in the key loop (needs
+    nvidia-cuda-cuobjdump for the SASS; the compile alone otherwise)"""
+    monkeypatch.setattr(AK, 'AINT8', True)
+    kp, vp = side_plan(AffineCodec(bits), D), side_plan(AffineCodec(4), D)
+    assert AK._aint8(kp, 4)
+    try: got = CR.compile_decode(kp, vp, 4, True, sass=True)
+    except FileNotFoundError: got = CR.compile_decode(kp, vp, 4, True)
+    (regs, spill, smem, *sass), fin = got
+    assert fin == 'plain' and 0 < regs <= 255
+    if sass:   # the innermost loop with integer products is the key loop: no half-precision products in it
+        key_loop = next(c for _, _, c in CR.loops(sass[1]) if c['IMMA'])
+        assert sass[0]['IMMA'] > 0 and key_loop['HMMA'] == 0 and key_loop['HFMA2'] == 0, key_loop
 
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),

@@ -700,22 +700,6 @@ def test_interleaved_value_pairs(monkeypatch):
     assert "| ((y0" in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', 'rot', fold='rot')
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
-def test_branch_free_score_store(monkeypatch):
-    """`BFSTORE` (off by default until timed on a GPU): the lean score loop stores its masked scores without branches,
-    the mask read at the token clamped to the chunk. With a mask (where the clamp matters: chunks end inside a tile), on
-    the emulator the same attention as the reference for turbo and affine codes, and the source takes the clamped read.
-    Not vacuous: reading the mask one token off is caught."""
-    monkeypatch.setattr(AK, 'BFSTORE', True)
-    cases = [c for c in E.CASES if c[0] in ('turbo:4', 'affine:8,4')]
-    for name, kc, vc, B, Hkv, G, D, n in cases:
-        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-        assert 'KVQ_LDGS(mrow + min(t, NV - 1))' in AK._decode_source(kp, vp, G, 'cuda', half=True), name
-        assert E.check(kc, vc, B, Hkv, G, D, n, True) <= E.tolerance(kc, vc, G, D), name
-    store = AK._score_store
-    monkeypatch.setattr(AK, '_score_store', lambda: store().replace('min(t, NV - 1)', 'min(t + 1, NV - 1)'))
-    name, kc, vc, B, Hkv, G, D, n = cases[0]
-    assert E.check(kc, vc, B, Hkv, G, D, n, True) > E.tolerance(kc, vc, G, D)
-
 def test_affine_codes_by_the_magic_number(monkeypatch):
     """`AMAGIC`: the lean loops make 4- and 8-bit affine codes halves by or-ing them into 1024.0's mantissa (no pair-table
     lookups, no integer conversions, their tables not filled), and the dequantized halves are the table's bit for bit:
@@ -766,8 +750,9 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     assert AK._bmerge_ok(kp, vp, G) and "(2 * tig & 3)" in AK._decode_source(kp, vp, G, 'cuda', 'rot', fold='rot')
     for masked in (False, True):
         assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
-    a8 = A.side_plan(AffineCodec(4), 64)
+    a8, t256 = A.side_plan(AffineCodec(4), 64), A.side_plan(TurboCodec(4), 256)
     assert 'bp0' not in AK._decode_source(a8, a8, 8, 'cuda', half=True) and 'bp0' in AK._decode_source(a8, a8, 4, 'cuda', half=True)
+    assert 'bp0' not in AK._decode_source(t256, t256, 4, 'cuda', 'rot', fold='rot')   # (head dim 256: not where it spilled)
     orig_v, orig_w = AK._lean_values, AK._warp_softmax
     def wrong(*a, **k):
         out = orig_v(*a, **k)
@@ -790,3 +775,30 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     rel = lambda a: (mx.abs(a - two).max() / mx.abs(two).max()).item()
     assert rel(out(True)) <= 2e-3
     assert rel(out(True, lambda *a: orig_w(*a).replace("(2 * tig & 3)", "2 * tig"))) > 1e-2
+
+def test_affine_keys_on_integer_tensor_cores(monkeypatch):
+    """`AINT8` (off by default until timed on a GPU): 4- and 8-bit affine keys as unsigned bytes times the query as two
+    signed bytes of a 16-bit fixed point on the integer tensor cores, the group scales and biases applied after the
+    exact int32 sums: on the emulator the same attention as the reference for two group slots (d128, group 64; 8-bit
+    keys), one slot (d64; 4-bit keys), 2 query heads, folded with each block's chunks merged, masked and not; where it
+    does not apply (group 32 at d128, 8 query heads) the source keeps the half-precision products. Not vacuous: the two
+    slots not summed, or the query split into bytes without rounding its high byte, are caught"""
+    monkeypatch.setattr(AK, 'AINT8', True)
+    cases = [c for c in E.CASES if c[0] in ('affine:8,4', 'affine:4 / affine:8 g32')] + [('affine:4, 2 heads', AffineCodec(4), AffineCodec(4), 1, 2, 2, 128, 300)]
+    for name, kc, vc, B, Hkv, G, D, n in cases:
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        assert AK._aint8(kp, G) and 'KVQ_IMMA(ih, a, qb[0], qb[1])' in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp)), name
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+    g32, a64 = A.side_plan(AffineCodec(4, 32), 128), A.side_plan(AffineCodec(4), 64)
+    assert AK._aint8(g32, 4) is None and AK._aint8(a64, 8) is None and AK._aint8(a64, 4) == (16, 1)
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0); monkeypatch.setattr(AK, 'LPCH', 3)   # each block carries its softmax over 2-3 chunks
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    for masked in (False, True):
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+    band, prep = AK._aint8_band, AK._aint8_prep
+    monkeypatch.setattr(AK, '_aint8_band', lambda *a: band(*a).replace("p + KVQ_SHFL(p, 2)", "p"))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+    monkeypatch.setattr(AK, '_aint8_band', band)
+    monkeypatch.setattr(AK, '_aint8_prep', lambda *a: prep(*a).replace("hi = (x + 128) >> 8", "hi = x >> 8"))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
