@@ -88,6 +88,7 @@
 #       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
 #       vpack  (VPACK, the weights' high and low parts in one tensor-core product: the GPU checks, then Nsight Compute at 131K against it off)
 #       aint8  (AINT8, affine keys on the integer tensor cores: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
+#       maskc  (MASKC, an unmasked call's kernel compiled without mask code: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -309,6 +310,12 @@ case $part in
          tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" "PF=2" "AINT8=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" ;;
+  maskc) mkdir -p "$O/check" "$O/steps"   # MASKC (an unmasked call's kernel without mask code, off until timed): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
+         KVQ_KNOBS="MASKC=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
+         KVQ_KNOBS="MASKC=True" timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+         SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" "PF=2" "MASKC=True"
+         CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" ;;
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

@@ -12,10 +12,10 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 
 # %% auto #0
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
-           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'LEAN', 'KACC', 'LPCH', 'WAVE', 'LPCH_MIN',
-           'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP', 'DYNLUT',
-           'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8', 'BMERGE_VNS',
-           'scratch_floats', 'dynamic_shared_bytes']
+           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH', 'WAVE',
+           'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP',
+           'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
+           'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -553,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, AINT8)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, AINT8, MASKC)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1388,6 +1388,8 @@ def _scal_size(kplan, vplan, G, ns, pitch):
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
     return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
+MASKC = False            # tensor-core kernels: whether the call has a mask known when the kernel is compiled, from the mask input's type (a call without a mask passes an int32 placeholder, `attention._mask_input`; with one, float32), so that the kernels of unmasked calls hold no mask code at all; False: read from `meta` at run time (not yet timed on a GPU)
+
 def _mma_head(G, KNS, VNS, dyn=None):
     """Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score /
     partial-output / softmax-statistics buffers. `dyn` (DYNLUT): the words of pair tables that start the block's dynamic
@@ -1398,7 +1400,7 @@ def _mma_head(G, KNS, VNS, dyn=None):
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int r = KVQ_BY;
-    const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = meta[4];
+    const int N = meta[0], S = meta[1], H = meta[2], CH = meta[3], HAS_MASK = {"(decltype(+*mask))0.5f != 0.0f ? meta[4] : 0;   // MASKC: 0 where the mask input is an int32 placeholder, at compile time" if MASKC else "meta[4];"}
     const int b = r / H, h = r - b * H;
     KVQ_SHARED KVQ_ALIGN16 float qs[{KNS} * QST];
     {scd}
@@ -1760,7 +1762,7 @@ def _aint8_band(b, i, R, ngr):
         else: regs = [f"ya{i}[{2 * m}]", f"yb{i}[{2 * m}]", f"ya{i}[{2 * m + 1}]", f"yb{i}[{2 * m + 1}]"]
         steps.append(f"  {{ const uint32_t a[4] = {{{', '.join(regs)}}}; KVQ_IMMA(ih, a, qb[{4 * m}], qb[{4 * m + 1}]); KVQ_IMMA(il, a, qb[{4 * m + 2}], qb[{4 * m + 3}]); }}")
     both = "p + KVQ_SHFL(p, 2)" if ngr == 2 else "p"
-    return "\n            ".join([f"{{ int ih[4] = {{0, 0, 0, 0}}, il[4] = {{0, 0, 0, 0}};   // AINT8: exact sums of codes x the query's high / low bytes"] + steps + [
+    return "\n            ".join(["{ int ih[4] = {0, 0, 0, 0}, il[4] = {0, 0, 0, 0};   // AINT8: exact sums of codes x the query's high / low bytes"] + steps + [
         f"  const float sa = (float)sa{i}_0, za = (float)za{i}_0, sb = (float)sb{i}_0, zb = (float)zb{i}_0;",
         f"  #pragma unroll\n            for (int e = 0; e < 4; ++e) {{ const float p = ((e >> 1) ? sb : sa) * ((e & 1) ? qg1 : qg0) * (float)(ih[e] * 256 + il[e]) + ((e >> 1) ? zb : za) * ((e & 1) ? qz1 : qz0); sacc[e] += {both}; }} }}"])
 

@@ -59,6 +59,22 @@ def test_integer_key_products_compile(bits, D, monkeypatch):
         key_loop = next(c for _, _, c in CR.loops(sass[1]) if c['IMMA'])
         assert sass[0]['IMMA'] > 0 and key_loop['HMMA'] == 0 and key_loop['HFMA2'] == 0, key_loop
 
+def test_unmasked_kernel_holds_no_mask_code(monkeypatch):
+    """`MASKC`: compiled for an unmasked call (the int32 placeholder), the folded turbo:4 kernel's loops read no mask and
+    branch around no mask read (SASS, sm_90: fewer global loads, no `BSSY`), and for a masked call (float32) its SASS
+    is the one without `MASKC` (needs nvidia-cuda-cuobjdump)"""
+    _, kc, vc, G, D = CASES[0]
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    try: CR.compile_decode(kp, vp, G, True, sass=True)
+    except FileNotFoundError: pytest.skip('needs nvidia-cuda-cuobjdump')
+    loops = lambda mask: [c for _, _, c in CR.loops(CR.compile_decode(kp, vp, G, True, sass=True, mask=mask)[0][4])[:2]]
+    ops = lambda mask: CR.compile_decode(kp, vp, G, True, sass=True, mask=mask)[0][3]
+    before, before_f = loops('int32_t'), ops('float')
+    monkeypatch.setattr(AK, 'MASKC', True)
+    after = loops('int32_t')
+    assert sum(c['LDG'] for c in after) < sum(c['LDG'] for c in before) and sum(c['BSSY'] for c in after) < sum(c['BSSY'] for c in before), (before, after)
+    assert sum(c['BSSY'] for c in after) <= 1 and ops('float') == before_f
+
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),
           ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32),

@@ -802,3 +802,22 @@ def test_affine_keys_on_integer_tensor_cores(monkeypatch):
     monkeypatch.setattr(AK, '_aint8_band', band)
     monkeypatch.setattr(AK, '_aint8_prep', lambda *a: prep(*a).replace("hi = (x + 128) >> 8", "hi = x >> 8"))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+
+def test_mask_known_at_compile_time(monkeypatch):
+    """`MASKC` (off by default until timed on a GPU): the tensor-core kernels take whether a call has a mask from the
+    mask input's type (an int32 placeholder without one, float32 with one), so an unmasked call's kernel holds no mask
+    code: on the emulator, which declares each input by its dtype as MLX does, the same attention as the reference for
+    masked and unmasked calls of turbo and affine codes, folded and not. Not vacuous: a kernel that takes every call as
+    unmasked is caught on the masked ones"""
+    monkeypatch.setattr(AK, 'MASKC', True)
+    cases = [c for c in E.CASES if c[0] in ('turbo:4', 'affine:8,4')]
+    for name, kc, vc, B, Hkv, G, D, n in cases:
+        assert '(decltype(+*mask))0.5f' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', A._finish_kind(A.side_plan(kc, D)), fold=A._finish_kind(A.side_plan(vc, D)))
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+            assert E.check(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), (name, masked)
+    head = AK._mma_head
+    monkeypatch.setattr(AK, '_mma_head', lambda *a, **k: head(*a, **k).replace("(decltype(+*mask))0.5f != 0.0f", "false"))
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, True, fold=True) > 1e-2
