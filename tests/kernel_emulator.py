@@ -58,46 +58,31 @@ static uint32_t kvq_prmt(uint32_t x, uint32_t y, uint32_t s) {
     for (int i = 0; i < 4; ++i) out |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
     return out; }
 static uint32_t g_ma[1024][4], g_mb[1024][2];
-static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    // mma.sync m16n8k16 row.col f32.f16.f16.f32 over the 32 lanes of the calling thread's warp (PTX fragment layouts)
-    const int t = g_tid, lane = t & 31, base = t - lane;
+template <class D, class P> static void kvq_warp_mma(D* d, const uint32_t* a, uint32_t b0, uint32_t b1, int K, P prod) {
+    // mma.sync m16n8kK row.col over the 32 lanes of the calling thread's warp (PTX fragment layouts): K / 8 elements a
+    // register (K = 16: halves, 32: bytes), registers a2 / a3 / b1 the k-rows from K / 2; prod(x, y, i) the product of element i of registers x, y
+    const int t = g_tid, lane = t & 31, base = t - lane, epr = K / 8, half = K / 2;
     for (int k = 0; k < 4; ++k) g_ma[t][k] = a[k];
     g_mb[t][0] = b0; g_mb[t][1] = b1;
     g_wbar[t >> 5]->arrive_and_wait();
     const int gid = lane >> 2, tig = lane & 3;
-    float out[4];
+    D out[4];
     for (int e = 0; e < 4; ++e) {
         const int row = gid + 8 * (e >> 1), col = 2 * tig + (e & 1);
-        double acc = d[e];
-        for (int k = 0; k < 16; ++k) {
-            const int al = base + (row & 7) * 4 + ((k & 7) >> 1), areg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-            const int bl = base + col * 4 + ((k & 7) >> 1), breg = k >= 8 ? 1 : 0;
-            acc += (double)kvq_hf(g_ma[al][areg], k & 1) * (double)kvq_hf(g_mb[bl][breg], k & 1);
+        double acc = d[e];   // (exact for the integer products' sums, below 2^53)
+        for (int k = 0; k < K; ++k) {
+            const int al = base + (row & 7) * 4 + (k % half) / epr, areg = (row >= 8 ? 1 : 0) + (k >= half ? 2 : 0);
+            const int bl = base + col * 4 + (k % half) / epr, breg = k >= half ? 1 : 0;
+            acc += prod(g_ma[al][areg], g_mb[bl][breg], k % epr);
         }
-        out[e] = (float)acc;
+        out[e] = (D)acc;
     }
     g_wbar[t >> 5]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) d[e] = out[e]; }
-static void kvq_imma(int* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    // mma.sync m16n8k32 row.col s32.u8.s8.s32: A unsigned bytes, B signed bytes, exact int32 sums (PTX fragment layouts)
-    const int t = g_tid, lane = t & 31, base = t - lane;
-    for (int k = 0; k < 4; ++k) g_ma[t][k] = a[k];
-    g_mb[t][0] = b0; g_mb[t][1] = b1;
-    g_wbar[t >> 5]->arrive_and_wait();
-    const int gid = lane >> 2, tig = lane & 3;
-    int out[4];
-    for (int e = 0; e < 4; ++e) {
-        const int row = gid + 8 * (e >> 1), col = 2 * tig + (e & 1);
-        long long acc = d[e];
-        for (int k = 0; k < 32; ++k) {
-            const int al = base + (row & 7) * 4 + ((k & 15) >> 2), areg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
-            const int bl = base + col * 4 + ((k & 15) >> 2), breg = k >= 16 ? 1 : 0;
-            acc += (long long)(uint8_t)(g_ma[al][areg] >> (8 * (k & 3))) * (long long)(int8_t)(uint8_t)(g_mb[bl][breg] >> (8 * (k & 3)));
-        }
-        out[e] = (int)acc;
-    }
-    g_wbar[t >> 5]->arrive_and_wait();
-    for (int e = 0; e < 4; ++e) d[e] = out[e]; }
+static void kvq_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {   // m16n8k16 f32.f16.f16.f32
+    kvq_warp_mma(d, a, b0, b1, 16, [](uint32_t x, uint32_t y, int i) { return (double)kvq_hf(x, i) * (double)kvq_hf(y, i); }); }
+static void kvq_imma(int* d, const uint32_t* a, uint32_t b0, uint32_t b1) {   // m16n8k32 s32.u8.s8.s32: A unsigned bytes, B signed bytes, exact int32 sums
+    kvq_warp_mma(d, a, b0, b1, 32, [](uint32_t x, uint32_t y, int i) { return (double)(uint8_t)(x >> (8 * i)) * (double)(int8_t)(uint8_t)(y >> (8 * i)); }); }
 """
 MACROS = r"""
 #define KVQ_SHFL(v, o) kvq_shfl((v), (o))
