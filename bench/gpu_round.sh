@@ -89,6 +89,7 @@
 #       vpack  (VPACK, the weights' high and low parts in one tensor-core product: the GPU checks, then Nsight Compute at 131K against it off)
 #       aint8  (AINT8, affine keys on the integer tensor cores: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       maskc  (MASKC, an unmasked call's kernel compiled without mask code: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
+#       vpackgemma (VPACK_LB=2: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -96,7 +97,7 @@ ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at
   local f=$1 re=$2 s k d; shift 2
   for s in ${SCH:-turbo:4 affine:4}; do for k in "$@"; do
     d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
-      --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
+      --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k ${NCUFLAGS:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
     echo "$s ${CTX:-131072} $k: duration us $d" | tee -a "$f"; done; done
 }
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
@@ -316,6 +317,7 @@ case $part in
          tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" "PF=2" "MASKC=True"
          CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" ;;
+  vpackgemma) NCUFLAGS=--gemma SCH="turbo:4 cal:5,4 auto:5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK_LB=2" "PF=2" "VPACK_LB=2" ;;   # VPACK at head dim 256 in the one-KV-head calls (LB_FEW, off until timed): Gemma's shape at 131K under Nsight Compute (about 4 min; checks: run the steps part with KVQ_KNOBS="VPACK_LB=2")
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

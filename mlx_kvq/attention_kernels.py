@@ -15,7 +15,7 @@ __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH', 'WAVE',
            'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP',
            'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
-           'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'VPACK_LB', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -553,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, AINT8, MASKC)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1831,11 +1831,14 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
+VPACK_LB = 0             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per three tiles, no spills either way (`bench/cuda_registers.py`); 0: not (not yet timed on a GPU)
+
 def _vpack(G, VNS):
     """Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4, values
     of at most BMERGE_VNS 32-dim slices: at head dim 256 the folded turbo:4 kernel spilled 84 bytes with it under LB = 4,
-    16 without, and it was not timed there)"""
-    return VPACK and VLO and G <= 4 and VNS <= BMERGE_VNS
+    16 without, and it was not timed there; wider values where the kernel is compiled for at most VPACK_LB blocks an SM)"""
+    lb = getattr(_GEN, 'lb', LB)
+    return VPACK and VLO and G <= 4 and (VNS <= BMERGE_VNS or bool(lb) and lb <= VPACK_LB)
 
 def _lean_values(vplan, G, rep, carry=False):
     """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates

@@ -189,3 +189,11 @@ def test_folded_d256_kernel_does_not_spill():
     kp, vp = side_plan(TurboCodec(4), 256), side_plan(TurboCodec(4, seed=1), 256)
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, 4, True)
     assert fin == 'rot' and spill <= 64, spill
+
+def test_d256_value_pack_in_few_block_kernels(monkeypatch):
+    "`VPACK_LB`: VPACK at head dim 256 in a kernel compiled for 2 blocks an SM (Gemma's one-KV-head calls) spills nothing"
+    monkeypatch.setattr(AK, 'VPACK_LB', 2)
+    kp, vp = side_plan(TurboCodec(4), 256), side_plan(TurboCodec(4, seed=1), 256)
+    assert 'bp0' in AK._decode_source(kp, vp, 4, 'cuda', 'rot', fold='rot', lb=2) and 'bp0' not in AK._decode_source(kp, vp, 4, 'cuda', 'rot', fold='rot')
+    (regs, spill, smem), fin = CR.compile_decode(kp, vp, 4, True, lb=2)
+    assert fin == 'rot' and spill == 0, spill

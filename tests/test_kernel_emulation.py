@@ -753,6 +753,12 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     a8, t256 = A.side_plan(AffineCodec(4), 64), A.side_plan(TurboCodec(4), 256)
     assert 'bp0' not in AK._decode_source(a8, a8, 8, 'cuda', half=True) and 'bp0' in AK._decode_source(a8, a8, 4, 'cuda', half=True)
     assert 'bp0' not in AK._decode_source(t256, t256, 4, 'cuda', 'rot', fold='rot')   # (head dim 256: not where it spilled)
+    monkeypatch.setattr(AK, 'VPACK_LB', AK.LB)   # ... unless asked for kernels of few blocks an SM (here: the emulator's, compiled for LB)
+    assert 'bp0' in AK._decode_source(t256, t256, 4, 'cuda', 'rot', fold='rot')
+    k256, v256 = TurboCodec(4), TurboCodec(4, seed=1)
+    for masked in (False, True):   # head dim 256: values of 8 slices, each chunk's columns summed by shuffles (no BMERGE there)
+        assert E.check_final(k256, v256, 1, 1, 4, 256, 600, masked, fold=True) <= E.final_tolerance(k256, v256, 4, 256), masked
+    monkeypatch.setattr(AK, 'VPACK_LB', 0)
     orig_v, orig_w = AK._lean_values, AK._warp_softmax
     def wrong(*a, **k):
         out = orig_v(*a, **k)
