@@ -136,6 +136,8 @@ if __name__ == '__main__':
         return t
     ap.add_argument('--cal-bits', nargs='+', type=kv_bits, default=['5,4'], metavar='K,V', help="with --cal: the key and value bits of the calibrated kinds (e.g. 5,4 3,6: `auto:5` plans either, at the same bytes)")
     ap.add_argument('--only', default=None, help='only the configurations whose label contains this text')
+    ap.add_argument('--unmasked', action='store_true', help="the kernels of calls without a mask (an int32 placeholder as the mask input, `attention._mask_input`: every decode step's); default: a masked call's (float32)")
+    ap.add_argument('--lb', type=int, default=None, help='the resident blocks an SM the kernels are compiled for (default LB; LB_FEW = 2: one-KV-head calls)')
     args = ap.parse_args()
     for kv in args.set:
         k, v = kv.split('='); setattr(AK, k, eval(v))
@@ -150,10 +152,10 @@ if __name__ == '__main__':
     for label, kc, vc, G, D in configs:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
         qprep = _finish_kind(kp)
-        got, fin = compile_decode(kp, vp, G, args.fold, args.arch, args.sass or args.loops)
+        got, fin = compile_decode(kp, vp, G, args.fold, args.arch, args.sass or args.loops, lb=args.lb, mask='int32_t' if args.unmasked else 'float')
         regs, spill, smem = got[:3]
         print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}{', folded' if fin else ''}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "
               f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")
         if args.sass or args.loops: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))
         if args.loops:
-            for a, n, c in loops(got[4])[:2]: print(f"    loop at {a:#x}: {n} instructions; " + ', '.join(f'{k} {v}' for k, v in c.most_common(10)))
+            for a, n, c in loops(got[4])[:2]: print(f"    loop at {a:#x} ({'scores: stores them' if c['STS'] else 'values'}): {n} instructions; " + ', '.join(f'{k} {v}' for k, v in c.most_common(10)))

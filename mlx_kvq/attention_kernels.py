@@ -1831,7 +1831,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
-VPACK_LB = 0             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per three tiles, no spills either way (`bench/cuda_registers.py`); 0: not (not yet timed on a GPU)
+VPACK_LB = 0             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per two tiles, no spills either way (`python3 bench/cuda_registers.py --fold --sass --loops --unmasked --lb 2 --only 'turbo:4 D256' --set VPACK_LB=2`); 0: not (not yet timed on a GPU)
 
 def _vpack(G, VNS):
     """Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4, values
