@@ -100,6 +100,13 @@ ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at
       --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k ${NCUFLAGS:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
     echo "$s ${CTX:-131072} $k: duration us $d" | tee -a "$f"; done; done
 }
+checks_with() {   # checks_with KNOBS CASES SCHEME...: check_fused_cuda's check section (CASES: its --cases regex, empty for all) and the decode steps of SCHEMEs, in parallel with KVQ_KNOBS=KNOBS, each cut at 320 s; their last lines
+  local kn=$1 cs=$2; shift 2
+  mkdir -p "$O/check" "$O/steps"
+  KVQ_KNOBS="$kn" timeout 320 python3 bench/check_fused_cuda.py --quick --only check ${cs:+--cases "$cs"} --out "$O/check" > "$O/check/run.log" 2>&1 &
+  KVQ_KNOBS="$kn" timeout 320 python3 bench/check_decode_steps.py --schemes "$@" --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+  tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+}
 part=$1; O=${2:-$OUT}/$part; mkdir -p "$O"
 case $part in
   check) timeout 560 python3 bench/check_fused_cuda.py --quick --only check --out "$O" > "$O/run.log" 2>&1; tail -3 "$O/run.log" ;;
@@ -300,21 +307,12 @@ case $part in
   amagic8b) n=0; for k in True False True False; do n=$((n + 1))   # a Llama-3.1-8B-shaped model at 131K, fp16 / affine:4 / affine:8,4, AMAGIC on / off alternating (about 4 min; a first run, off then on, printed its tables only: `=` in its log names)
            KVQ_KNOBS="AMAGIC=$k" timeout 140 python3 bench/kvq_knobs.py bench --whole-model llama-3.1-8b --kv fp16 affine:4 affine:8,4 --context 131072 --rounds 3 --steps 16 > "$O/model8b_${n}_$k.log" 2>&1
            echo "AMAGIC $k"; grep -E "^\|" "$O/model8b_${n}_$k.log" | tail -3; done ;;
-  vpack) mkdir -p "$O/check" "$O/steps"   # VPACK (on since 2026-11-30; its first runs were the parts vpbf / vpbf2 of commit 820a849, beside BFSTORE, since removed): the GPU checks, then the decode kernel at 131K under Nsight Compute against VPACK=False (about 8 min)
-         timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
-         timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+  vpack) checks_with "" "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # VPACK (on since 2026-11-30; its first runs were the parts vpbf / vpbf2 of commit 820a849, beside BFSTORE, since removed): the GPU checks, then the decode kernel at 131K under Nsight Compute against VPACK=False (about 8 min)
          SCH=${SCH:-turbo:4 affine:4 affine:8,4} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK=False" "PF=2" "VPACK=False" ;;
-  aint8) mkdir -p "$O/check" "$O/steps"   # AINT8 (affine keys on the integer tensor cores, off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
-         KVQ_KNOBS="AINT8=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --cases affine --out "$O/check" > "$O/check/run.log" 2>&1 &
-         KVQ_KNOBS="AINT8=True" timeout 320 python3 bench/check_decode_steps.py --schemes affine:4 affine:8,4 --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+  aint8) checks_with AINT8=True affine affine:4 affine:8,4   # AINT8 (affine keys on the integer tensor cores, off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" "PF=2" "AINT8=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" ;;
-  maskc) mkdir -p "$O/check" "$O/steps"   # MASKC (an unmasked call's kernel without mask code, off until timed): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
-         KVQ_KNOBS="MASKC=True" timeout 320 python3 bench/check_fused_cuda.py --quick --only check --out "$O/check" > "$O/check/run.log" 2>&1 &
-         KVQ_KNOBS="MASKC=True" timeout 320 python3 bench/check_decode_steps.py --schemes turbo:4 affine:4 affine:8,4 'calibrated 4o5' --steps 40 --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
-         tail -3 "$O/check/run.log" | cut -c1-300; tail -1 "$O/steps/run.log" | cut -c1-300; grep -c "using the reference" "$O/check/run.log" "$O/steps/run.log"
+  maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, off until timed): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" "PF=2" "MASKC=True"
          CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" ;;
   vpackgemma) NCUFLAGS=--gemma SCH="turbo:4 cal:5,4 auto:5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK_LB=2" "PF=2" "VPACK_LB=2" ;;   # VPACK at head dim 256 in the one-KV-head calls (LB_FEW, off until timed): Gemma's shape at 131K under Nsight Compute (about 4 min; checks: run the steps part with KVQ_KNOBS="VPACK_LB=2")
