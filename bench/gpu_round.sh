@@ -87,9 +87,9 @@
 #       hlissue (the issue's shape with auto:5's plan there: HLTAB forced under LB = 4, the kernels at 2 blocks an SM; about 5 min)
 #       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
 #       vpack  (VPACK, the weights' high and low parts in one tensor-core product: the GPU checks, then Nsight Compute at 131K against it off)
-#       aint8  (AINT8, affine keys on the integer tensor cores: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
-#       maskc  (MASKC, an unmasked call's kernel compiled without mask code: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
-#       vpackgemma (VPACK_LB=2: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
+#       aint8  (AINT8, affine keys on the integer tensor cores, on since 2026-11-30: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
+#       maskc  (MASKC, an unmasked call's kernel compiled without mask code, on since 2026-11-30: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
+#       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -309,13 +309,13 @@ case $part in
            echo "AMAGIC $k"; grep -E "^\|" "$O/model8b_${n}_$k.log" | tail -3; done ;;
   vpack) checks_with "" "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # VPACK (on since 2026-11-30; its first runs were the parts vpbf / vpbf2 of commit 820a849, beside BFSTORE, since removed): the GPU checks, then the decode kernel at 131K under Nsight Compute against VPACK=False (about 8 min)
          SCH=${SCH:-turbo:4 affine:4 affine:8,4} ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK=False" "PF=2" "VPACK=False" ;;
-  aint8) checks_with AINT8=True affine affine:4 affine:8,4   # AINT8 (affine keys on the integer tensor cores, off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
-         SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" "PF=2" "AINT8=True"
-         CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "AINT8=True" ;;
-  maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, off until timed): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
-         SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" "PF=2" "MASKC=True"
-         CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "MASKC=True" ;;
-  vpackgemma) NCUFLAGS=--gemma SCH="turbo:4 cal:5,4 auto:5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "VPACK_LB=2" "PF=2" "VPACK_LB=2" ;;   # VPACK at head dim 256 in the one-KV-head calls (LB_FEW, off until timed): Gemma's shape at 131K under Nsight Compute (about 4 min; checks: run the steps part with KVQ_KNOBS="VPACK_LB=2")
+  aint8) checks_with AINT8=True affine affine:4 affine:8,4   # AINT8 (affine keys on the integer tensor cores, the default since 2026-11-30): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
+         SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" "AINT8=False" "AINT8=True"
+         CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" ;;
+  maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, the default since 2026-11-30): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
+         SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" "MASKC=False" "MASKC=True"
+         CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" ;;
+  vpackgemma) NCUFLAGS=--gemma SCH="turbo:4 cal:5,4 auto:5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "VPACK_LB=0" "VPACK_LB=2" "VPACK_LB=0" "VPACK_LB=2" ;;   # VPACK at head dim 256 in the one-KV-head calls (LB_FEW, the default since 2026-11-30): Gemma's shape at 131K under Nsight Compute (about 4 min; checks: run the steps part with KVQ_KNOBS="VPACK_LB=2")
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)

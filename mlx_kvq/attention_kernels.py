@@ -1388,7 +1388,7 @@ def _scal_size(kplan, vplan, G, ns, pitch):
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
     return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
-MASKC = False            # tensor-core kernels: whether the call has a mask known when the kernel is compiled, from the mask input's type (a call without a mask passes an int32 placeholder, `attention._mask_input`; with one, float32), so that the kernels of unmasked calls hold no mask code at all; False: read from `meta` at run time (not yet timed on a GPU)
+MASKC = True             # tensor-core kernels: whether the call has a mask known when the kernel is compiled, from the mask input's type (a call without a mask passes an int32 placeholder, `attention._mask_input`; with one, float32), so that the kernels of unmasked calls hold no mask code at all; False: read from `meta` at run time. H200, 2026-11-30, Nsight Compute, the decode kernel of an unmasked call, issue's shape (`bench/h200_20261130g/`): 131K turbo:4 80.3-80.9 -> 79.4-81.0 us, affine:4 80.1-82.3 -> 78.5-80.5, turbo:3 84.2-85.3 -> 82.6-84.3; 4K turbo:4 22.0-22.2 -> 21.8-22.1, affine:4 16.4-17.0 -> 15.8-16.1 (0-3% faster; never slower beyond the runs' spread)
 
 def _mma_head(G, KNS, VNS, dyn=None):
     """Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score /
@@ -1695,7 +1695,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
         }}{post}"""
     return (pro, loop) if split else pro + loop
 
-AINT8 = False            # lean score loop, one affine key band of 4 or 8 bits, at most 4 query heads: the codes as unsigned bytes times the query as 16-bit fixed point (two signed bytes) on the integer tensor cores (`mma` m16n8k32 u8 x s8, exact int32 sums), each token's group scale and bias applied after the products (`_aint8`); not yet timed on a GPU
+AINT8 = True             # lean score loop, one affine key band of 4 or 8 bits, at most 4 query heads: the codes as unsigned bytes times the query as 16-bit fixed point (two signed bytes) on the integer tensor cores (`mma` m16n8k32 u8 x s8, exact int32 sums), each token's group scale and bias applied after the products (`_aint8`). H200, 2026-11-30, Nsight Compute, the decode kernel at 131K, issue's shape (`bench/h200_20261130g/aint8/`): affine:4 81.4-83.1 -> 76.3-76.8 us, affine:8,4 91.7-93.6 -> 91.3-92.5
 
 def _aint8(kplan, G):
     """(dims per thread R, scale-group slots 1 or 2) where the lean score loop takes the keys on the integer tensor
@@ -1831,7 +1831,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
-VPACK_LB = 0             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per two tiles, no spills either way (`python3 bench/cuda_registers.py --fold --sass --loops --unmasked --lb 2 --only 'turbo:4 D256' --set VPACK_LB=2`); 0: not (not yet timed on a GPU)
+VPACK_LB = 2             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per two tiles, no spills either way (`python3 bench/cuda_registers.py --fold --sass --loops --unmasked --lb 2 --only 'turbo:4 D256' --set VPACK_LB=2`); 0: not. H200, 2026-11-30, Nsight Compute, Gemma's shape (one KV head, head dim 256) at 131K (`bench/h200_20261130g/aint8/gemma131.txt`): cal:5,4 68.8-71.2 -> 68.3-69.5 us, turbo:4 50.2-51.4 -> 50.3-51.8 (no change beyond the spread)
 
 def _vpack(G, VNS):
     """Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4, values

@@ -69,6 +69,7 @@ def test_unmasked_kernel_holds_no_mask_code(monkeypatch):
     except FileNotFoundError: pytest.skip('needs nvidia-cuda-cuobjdump')
     loops = lambda mask: [c for _, _, c in CR.loops(CR.compile_decode(kp, vp, G, True, sass=True, mask=mask)[0][4])[:2]]
     ops = lambda mask: CR.compile_decode(kp, vp, G, True, sass=True, mask=mask)[0][3]
+    monkeypatch.setattr(AK, 'MASKC', False)   # (on by default since 2026-11-30)
     before, before_f = loops('int32_t'), ops('float')
     monkeypatch.setattr(AK, 'MASKC', True)
     after = loops('int32_t')

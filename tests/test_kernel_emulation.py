@@ -783,7 +783,7 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     assert rel(out(True, lambda *a: orig_w(*a).replace("(2 * tig & 3)", "2 * tig"))) > 1e-2
 
 def test_affine_keys_on_integer_tensor_cores(monkeypatch):
-    """`AINT8` (off by default until timed on a GPU): 4- and 8-bit affine keys as unsigned bytes times the query as two
+    """`AINT8` (on by default since it was timed on an H200, 2026-11-30): 4- and 8-bit affine keys as unsigned bytes times the query as two
     signed bytes of a 16-bit fixed point on the integer tensor cores, the group scales and biases applied after the
     exact int32 sums: on the emulator the same attention as the reference for two group slots (d128, group 64; 8-bit
     keys), one slot (d64; 4-bit keys), 2 query heads, folded with each block's chunks merged, masked and not; where it
@@ -810,7 +810,7 @@ def test_affine_keys_on_integer_tensor_cores(monkeypatch):
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
 def test_mask_known_at_compile_time(monkeypatch):
-    """`MASKC` (off by default until timed on a GPU): the tensor-core kernels take whether a call has a mask from the
+    """`MASKC` (on by default since it was timed on an H200, 2026-11-30): the tensor-core kernels take whether a call has a mask from the
     mask input's type (an int32 placeholder without one, float32 with one), so an unmasked call's kernel holds no mask
     code: on the emulator, which declares each input by its dtype as MLX does, the same attention as the reference for
     masked and unmasked calls of turbo and affine codes, folded and not. Not vacuous: a kernel that takes every call as
