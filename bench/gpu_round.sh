@@ -30,6 +30,7 @@
 #       blocks300 (after BLOCKS 900 -> 300: decode steps, one layer twice, fp16 SDPA's kernel at 4K: about 7 min)
 #       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
 #       diag131 (the decode kernel at 131K without its pair-table lookups / its code-word loads, diagnostics with wrong results: about 3.5 min)
+#       issuerounds (issuebench in ROUNDS (default 3) alternating rounds: each scheme's ratio to fp16 per round, median and range)
 #       issuebench (the issue's `python -m mlx_kvq bench` one-layer command: ms per call and its host-build part: about 2 min)
 #       hostsplit (bench/host_calls_cuda.py --profile: the host's build of one attention call through the dispatcher, by function: about 1 min)
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
@@ -318,6 +319,8 @@ case $part in
   vpackgemma) NCUFLAGS=--gemma SCH="turbo:4 cal:5,4 auto:5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "VPACK_LB=0" "VPACK_LB=2" "VPACK_LB=0" "VPACK_LB=2" ;;   # VPACK at head dim 256 in the one-KV-head calls (LB_FEW, the default since 2026-11-30): Gemma's shape at 131K under Nsight Compute (about 4 min; checks: run the steps part with KVQ_KNOBS="VPACK_LB=2")
   issuebench) timeout 400 python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 7 \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
+  issuerounds) timeout ${T:-400} python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 5 --rounds ${ROUNDS:-3} \
+               --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # issuebench with every scheme sampled in alternating rounds, all caches of a context kept (ratios per round, their median and range: about 2 min)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)
   status1) mkdir -p "$O/layer" "$O/gemma"   # where the bars stand: one layer per call (the issue's shape, 4K / 32K / 131K) and auto:5's codec kinds on Gemma's shape, every scheme vs fp16 SDPA (about 4 min)
          timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5

@@ -118,15 +118,20 @@ def _fill(cache, shape, context, dtype, seed, chunk=2048):
 def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contexts=(256, 1024), *, model=None,
           n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, dtype=None, group_size: int = 64,
           calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None,
-          tokenizer=None, calib_tokens=None) -> list[dict]:
+          tokenizer=None, calib_tokens=None, rounds: int = 1) -> list[dict]:
     """Decode attention latency (ms per decode step, median) and cache bytes for each scheme and context, on one
-    attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts. A planned scheme
-    (`auto:B`) is planned on `calib_tokens`, else as `bench_calibration` says"""
+    attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts. With `rounds` > 1
+    every scheme's caches of a context are filled once and kept, and each round takes `repeats` samples of every scheme in
+    turn (the order reversed every other round): a row's `ms` is the median of its rounds' medians and `ms_vs_fp16` the
+    median of each round's ratio to that round's fp16 (`ms_vs_fp16_min` / `_max` their range), so that a drift of the
+    host's or the device's speed during the run does not land on one scheme. A planned scheme (`auto:B`) is planned on
+    `calib_tokens`, else as `bench_calibration` says"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]               # bad schemes fail before anything is allocated
     for c in contexts:
         if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
     for name, v in (("calls", calls), ("repeats", repeats)):
         if v < 1: raise CliError(f"--{name} must be 1 or more, got {v}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1: raise CliError(f"--rounds must be 1 or more, got {rounds!r}")
     subject = layer_model(n_heads, n_kv_heads, head_dim, seed) if model is None else model
     if dtype is None: dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     shapes = probe_kv_shapes(subject) or {}
@@ -141,8 +146,8 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
         mx.random.seed(seed)
         qs = [[mx.random.normal((1, hq, 1, shp[1])).astype(dtype) for _, shp in layers] for _ in range(calls)]
         mx.eval(qs)
-        fp16_ms = fp16_bytes = None
-        for name, scheme in parsed:
+        def prepared(scheme):
+            "The scheme's filled caches (`copies` of them, rotated over by the calls) and the timed run over them"
             one = bench_caches(subject, scheme, group_size=group_size, **calib)
             filled = [(one[i], _fill(one[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers]
             nbytes = sum(int(c.nbytes) for c, _ in filled)
@@ -155,51 +160,74 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
                 return [scaled_dot_product_attention(mx.stop_gradient(qs[j][n]), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None)
                         for n, (c, kv) in enumerate(cs)]
             def run(): return [step(j, sets[j % copies]) for j in range(calls)]
-            for _ in range(warmup): mx.eval(run())
+            return dict(one=one, filled=filled, nbytes=nbytes, copies=copies, step=step, run=run, ms=[], build=[])
+        def sample(st):
+            "One round of a scheme: warm-up, then `repeats` samples; its medians (ms, build ms) appended to the scheme's"
+            for _ in range(warmup): mx.eval(st["run"]())
             samples, builds = [], []
             for _ in range(repeats):   # a sample: building the calls' graph (the host's Python and MLX's ops), then evaluating it
-                t0 = time.perf_counter(); outs = run(); t1 = time.perf_counter(); mx.eval(outs); del outs; t2 = time.perf_counter()   # freeing the outputs: in the step, not in its build
+                t0 = time.perf_counter(); outs = st["run"](); t1 = time.perf_counter(); mx.eval(outs); del outs; t2 = time.perf_counter()   # freeing the outputs: in the step, not in its build
                 samples.append((t2 - t0) / calls); builds.append((t1 - t0) / calls)
-            ms, build_ms = 1e3 * statistics.median(samples), 1e3 * statistics.median(builds)
-            out = [o.astype(mx.float32) for o in step(0, filled)]
+            st["ms"].append(1e3 * statistics.median(samples)); st["build"].append(1e3 * statistics.median(builds))
+        def row(name, scheme, st, ref):
+            out = [o.astype(mx.float32) for o in st["step"](0, st["filled"])]
             if scheme == "fp16": reference[context] = out
-            ref = reference.get(context)
+            refout = reference.get(context)
             err = None
-            if ref is not None:
-                num = sum(float(mx.sum((o - r) ** 2)) for o, r in zip(out, ref))
-                err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in ref))
-            if scheme == "fp16": fp16_ms, fp16_bytes = ms, nbytes
-            rows.append(dict(context=context, scheme=name, ms=ms, build_ms=build_ms, nbytes=nbytes, bytes_per_token=nbytes / context,
-                             bits_per_value=bits_per_value(one, subject, shapes),
-                             rel_error=err, ms_vs_fp16=None if fp16_ms is None else ms / fp16_ms,
-                             smaller_than_fp16=None if fp16_bytes is None else fp16_bytes / nbytes, copies=copies,
-                             layers=len(layers), codecs=planned_labels(one)))
+            if refout is not None:
+                num = sum(float(mx.sum((o - r) ** 2)) for o, r in zip(out, refout))
+                err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in refout))
+            ratios = None if ref is None else [m / f for m, f in zip(st["ms"], ref["ms"])]
+            return dict(context=context, scheme=name, ms=statistics.median(st["ms"]), build_ms=statistics.median(st["build"]),
+                        nbytes=st["nbytes"], bytes_per_token=st["nbytes"] / context, bits_per_value=bits_per_value(st["one"], subject, shapes),
+                        rel_error=err, ms_vs_fp16=None if ratios is None else statistics.median(ratios),
+                        ms_vs_fp16_min=None if ratios is None else min(ratios), ms_vs_fp16_max=None if ratios is None else max(ratios),
+                        smaller_than_fp16=None if ref is None else ref["nbytes"] / st["nbytes"], copies=st["copies"],
+                        layers=len(layers), rounds=len(st["ms"]), codecs=planned_labels(st["one"]))
+        if rounds == 1:   # one pass: each scheme's caches filled, timed and freed in turn (the least memory)
+            ref = None
+            for name, scheme in parsed:
+                st = prepared(scheme); sample(st)
+                if scheme == "fp16": ref = st
+                rows.append(row(name, scheme, st, ref))
+                if progress: progress(rows[-1])
+                del st
+            continue
+        states = {name: prepared(scheme) for name, scheme in parsed}   # every scheme's caches of this context at once
+        for r in range(rounds):
+            for name in [n for n, _ in parsed][::1 if r % 2 == 0 else -1]: sample(states[name])
+        ref = states[parsed[0][0]] if parsed and parsed[0][1] == "fp16" else None
+        for name, scheme in parsed:
+            rows.append(row(name, scheme, states[name], ref))
             if progress: progress(rows[-1])
-            del sets, filled, one
+        del states
     return rows
 
 # %% ../nbs/11b_bench.ipynb #b04effec
 def _fmt(v, spec, none="-"): return none if v is None else format(v, spec)
 
 def bench_table(rows) -> str:
-    "The bench rows as a markdown table (the last column: the part of each step's time spent building its calls on the host)"
+    """The bench rows as a markdown table (the last column: the part of each step's time spent building its calls on the host;
+    with rounds, the median ratio to fp16 and, where they differ, the rounds' range)"""
     out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | bits / value | rel. error vs fp16 | of it host build ms |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x | "
+        spread = (f" ({r['ms_vs_fp16_min']:.2f}-{r['ms_vs_fp16_max']:.2f})" if r.get('ms_vs_fp16_min') is not None
+                  and r['ms_vs_fp16_min'] != r['ms_vs_fp16_max'] else "")
+        out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x{spread} | "
                    f"{r['nbytes'] / 2**20:.2f} | {_fmt(r['smaller_than_fp16'], '.2f')}x | {r['bytes_per_token']:,.0f} | "
                    f"{_fmt(r.get('bits_per_value'), '.2f')} | "
                    f"{_fmt(r['rel_error'], '.2e')} | {_fmt(r.get('build_ms'), '.3f')} |")
     return "\n".join(out)
 
-def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5) -> str:
+def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5, rounds=1) -> str:
     "One line naming what was measured, on what, when."
     dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
     what = f"model {model}" if model is not None else f"one layer, {n_heads} query / {n_kv_heads} KV heads, head dim {head_dim}"
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
     return (f"{what}, {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
             f"MLX {mx.__version__} {'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; median of {repeats} x "
-            f"{calls} calls per eval; {datetime.date.today().isoformat()}")
+            f"{calls} calls per eval{f', {rounds} alternating rounds (medians)' if rounds > 1 else ''}; {datetime.date.today().isoformat()}")
 
 # %% ../nbs/11b_bench.ipynb #e199674f
 MODEL_SHAPES = {   # mlx-lm ModelArgs of public model shapes (random weights): llama, gemma3_text (sliding-window layers), tiny ones for tests
@@ -351,9 +379,10 @@ def _bench_arguments(p: argparse.ArgumentParser):
                         f"({', '.join(MODEL_SHAPES)}), 'embedded' (the embedded Gemma 3 270M) or a local mlx-lm model directory")
     p.add_argument("--steps", type=_positive_int, default=32, metavar="N", help="timed decode steps per row with --whole-model (default: %(default)s)")
     p.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
-                   help="with --whole-model: time every scheme N times in alternating order, caches filled once and kept (all "
-                        "schemes' caches of a context in memory at once), and report medians and each round's ratio to fp16 "
-                        "(default: %(default)s: one pass, each scheme's caches freed before the next)")
+                   help="time every scheme N times in alternating order (one attention call: --repeats samples a round; "
+                        "--whole-model: --steps a round), caches filled once and kept (all schemes' caches of a context in "
+                        "memory at once), and report medians and each round's ratio to fp16 (default: %(default)s: one pass, "
+                        "each scheme's caches freed before the next)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and the header to PATH as JSON")
 
 def _say_codecs(rows):
@@ -376,7 +405,7 @@ def run_bench(args) -> int:
     if args.model is not None:
         model, tokenizer = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
     kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
-              repeats=args.repeats)
+              repeats=args.repeats, rounds=args.rounds)
     header = bench_header(model=args.model, **kw)
     note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim, args.seed) if model is None else model, args.kv, tokenizer, args.seed)[1]
     if note: header += f"; {note}"
