@@ -31,6 +31,7 @@
 #       leanany (the calibrated codecs in the lean loops: their decode steps with LEAN_ANY on, Gemma's shape off vs on, two rounds: about 9 min)
 #       diag131 (the decode kernel at 131K without its pair-table lookups / its code-word loads, diagnostics with wrong results: about 3.5 min)
 #       issuerounds (issuebench in ROUNDS (default 3) alternating rounds: each scheme's ratio to fp16 per round, median and range)
+#       gemmarounds (one call of Gemma's shape, fp16 / auto:5 / turbo:4, in ROUNDS alternating rounds)
 #       issuebench (the issue's `python -m mlx_kvq bench` one-layer command: ms per call and its host-build part: about 2 min)
 #       hostsplit (bench/host_calls_cuda.py --profile: the host's build of one attention call through the dispatcher, by function: about 1 min)
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
@@ -321,6 +322,8 @@ case $part in
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # the issue's own one-layer command, with the host-build column (about 2 min)
   issuerounds) timeout ${T:-400} python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context ${CTXS:-4096 32768 131072} --calls 8 --repeats 5 --rounds ${ROUNDS:-3} \
                --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\|" "$O/bench.log"; grep -c "using the reference" "$O/bench.log" ;;   # issuebench with every scheme sampled in alternating rounds, all caches of a context kept (ratios per round, their median and range: about 2 min)
+  gemmarounds) timeout ${T:-300} python3 -m mlx_kvq bench --kv fp16 auto:5 turbo:4 --heads 4 --kv-heads 1 --head-dim 256 --context ${CTXS:-4096 32768 131072} --calls 8 --repeats 5 --rounds ${ROUNDS:-3} \
+               --json "$O/bench.json" > "$O/bench.log" 2>&1; grep -E "^\||measured these" "$O/bench.log" | cut -c1-200; grep -c "using the reference" "$O/bench.log" ;;   # one call of Gemma's shape (4 query / 1 KV head, d256), auto:5 (planned on seeded random ids) and turbo:4, in ROUNDS alternating rounds (about 1.5 min at two contexts)
   hostsplit) timeout 200 python3 bench/host_calls_cuda.py --profile > "$O/hostsplit.txt" 2>&1; cat "$O/hostsplit.txt" | cut -c1-150 ;;   # where the host's build of one attention call goes (cProfile, own time per call; MLX's cuda_kernel call one builtin entry: about 1 min)
   status1) mkdir -p "$O/layer" "$O/gemma"   # where the bars stand: one layer per call (the issue's shape, 4K / 32K / 131K) and auto:5's codec kinds on Gemma's shape, every scheme vs fp16 SDPA (about 4 min)
          timeout 150 python3 bench/check_fused_cuda.py --quick --only layer --out "$O/layer" > "$O/layer/run.log" 2>&1; grep -v "^#" "$O/layer/run.log" | tail -5
