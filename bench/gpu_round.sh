@@ -90,6 +90,7 @@
 #       lb3 (the issue's shape at 3 blocks an SM and one wave: turbo:4, affine:4, cal:4,5 against the default under Nsight Compute; about 6 min)
 #       vpack  (VPACK, the weights' high and low parts in one tensor-core product: the GPU checks, then Nsight Compute at 131K against it off)
 #       aint8  (AINT8, affine keys on the integer tensor cores, on since 2026-11-30: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
+#       vscb   (VSCB, affine values' scales in the weights, codes as subnormal halves: affine GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       maskc  (MASKC, an unmasked call's kernel compiled without mask code, on since 2026-11-30: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
@@ -314,6 +315,9 @@ case $part in
   aint8) checks_with AINT8=True affine affine:4 affine:8,4   # AINT8 (affine keys on the integer tensor cores, the default since 2026-11-30): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" "AINT8=False" "AINT8=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" ;;
+  vscb) checks_with VSCB=True affine affine:4 affine:8,4   # VSCB (affine values as subnormal halves, their scales in the weights; off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 7 min)
+         SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" "VSCB=False" "VSCB=True"
+         CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" ;;
   maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, the default since 2026-11-30): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" "MASKC=False" "MASKC=True"
          CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" ;;

@@ -15,7 +15,7 @@ __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS
            'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH', 'WAVE',
            'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP',
            'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
-           'VPACK_LB', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -553,7 +553,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1840,6 +1840,27 @@ def _vpack(G, VNS):
     lb = getattr(_GEN, 'lb', LB)
     return VPACK and VLO and G <= 4 and (VNS <= BMERGE_VNS or bool(lb) and lb <= VPACK_LB)
 
+VSCB = False             # lean value loop, one affine band of 4 or 8 bits, at most 4 query heads, the thread's dims in group gid >> 2 (group = 4 x the thread's dims) or all in one group: the codes as subnormal halves c 2^-24 (one mask or byte permute, no fused multiply-adds), the group scales in the weights (B columns: group slot, head), the biases by one product a tile (`_vscb`); not yet timed on a GPU
+
+def _vscb(vplan, G):
+    """(thread dims Rv, two group slots?) where the lean value loop takes the scales into the weights (`VSCB`), else None:
+    one affine band of 4 or 8 bits (`_amagic`), G <= 4, and every 16-row product's rows in the group its B column names:
+    the thread (gid)'s Rv dims in group gid >> 2 (group size 4 Rv: two slots, columns slot * 4 + head) or all in one
+    group (group size >= 8 Rv: one slot)"""
+    if not (VSCB and G <= 4 and len(vplan.bands) == 1): return None
+    b = vplan.bands[0]
+    if not _amagic(b): return None
+    Rv = 4 * _side_layout(vplan)[0][0]
+    if b.group_size == 4 * Rv: return Rv, True
+    return (Rv, False) if b.group_size >= 8 * Rv else None
+
+def _denorm_pair(b, x, out, hi=False):
+    """Source: half2 `out` of two codes from the word `x` (as `_magic_pair` takes them) as subnormal halves c 2^-24: the
+    code in the mantissa, exponent 0 (`VSCB`): 8 bits, bytes 0 and 2 (`hi`: 1 and 3) beside zero bytes; 4 bits, the low
+    (`hi`: high) nibbles of bytes 0 and 2"""
+    if b.bits == 8: return f"const uint32_t {out} = KVQ_PRMT({x}, 0u, {0x4341 if hi else 0x4240:#x});"
+    return f"const uint32_t {out} = ({x}{' >> 4' if hi else ''}) & 0x000F000Fu;"
+
 def _lean_values(vplan, G, rep, carry=False):
     """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates
     (weights of tokens past the chunk are 0). `carry` (`BMERGE`): (accumulators' declaration, the chunk's loop, the
@@ -1848,7 +1869,8 @@ def _lean_values(vplan, G, rep, carry=False):
     the merge adds them to columns 0-3"""
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
-    vp = _vpack(G, VNS)
+    vs = _vscb(vplan, G)
+    vp = _vpack(G, VNS) and not vs
     Rv_of = lambda i: 4 * vsl[i]
     grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
     stg = 'v' in _STAGED
@@ -1861,9 +1883,15 @@ def _lean_values(vplan, G, rep, carry=False):
         body = []
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
-        body.append("  " + _split('x0', 'x1', 'bh0', 'bl0' if VLO else None)); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1' if VLO else None))
+        if vs:   # VSCB: B' = the weights times the token's scale of column gid's group slot (the thread's own group), B = the weights for the biases' product
+            body.append("  uint32_t bs0, bs1, bz0, bz1, z0, z1; " + ' '.join(
+                f"KVQ_H2(bs{p}, x{2 * p} * (float)s{2 * p}{i}_0, x{2 * p + 1} * (float)s{2 * p + 1}{i}_0); KVQ_H2(bz{p}, x{2 * p}, x{2 * p + 1});"
+                f" KVQ_H2(z{p}, (float)z{2 * p}{i}_0, (float)z{2 * p + 1}{i}_0);" for p in range(2)))
+            body.append("  { const uint32_t az[4] = {z0, z0, z1, z1}; KVQ_MMA(zacc, az, bz0, bz1); }   // the biases: rows of the thread's group, every column")
+        else:
+            body.append("  " + _split('x0', 'x1', 'bh0', 'bl0' if VLO else None)); body.append("  " + _split('x2', 'x3', 'bh1', 'bl1' if VLO else None))
         if vp: body.append("  const uint32_t bp0 = gid < 4 ? bh0 : bl0, bp1 = gid < 4 ? bh1 : bl1;   // columns 0-3 the high parts, 4-7 the low parts (VPACK)")
-        bw = ('bp0', 'bp1') if vp else ('bh0', 'bh1')
+        bw = ('bs0', 'bs1') if vs else ('bp0', 'bp1') if vp else ('bh0', 'bh1')
         il = IL4 and b.bits == 4 and not aff   # the token pairs' codes interleaved: each lookup gives a fragment register (two tokens, one channel)
         if il:
             W = -(-Rv * b.bits // 32)
@@ -1871,6 +1899,7 @@ def _lean_values(vplan, G, rep, carry=False):
             body.append(f"  #pragma unroll\n  for (int j = 0; j < {W}; ++j) {{ " + ' '.join(
                 f"ie{p}[j] = (y{2 * p}{i}[j] & 0x0F0F0F0Fu) | ((y{2 * p + 1}{i}[j] << 4) & 0xF0F0F0F0u); io{p}[j] = ((y{2 * p}{i}[j] >> 4) & 0x0F0F0F0Fu) | (y{2 * p + 1}{i}[j] & 0xF0F0F0F0u);"
                 for p in range(2)) + " }")
+        elif vs: pass
         elif aff and _amagic(b):   # scale and bias halves of the token pairs (0, 1) and (2, 3): the fragment registers hold two tokens of one channel
             for p in range(2):
                 body.append(f"  uint32_t s{p}, z{p}; KVQ_H2(s{p}, s{2 * p}{i}_0, s{2 * p + 1}{i}_0); KVQ_H2(z{p}, z{2 * p}{i}_0, z{2 * p + 1}{i}_0);")
@@ -1888,6 +1917,7 @@ def _lean_values(vplan, G, rep, carry=False):
                     byte = c * b.bits // 8
                     w, k = byte >> 2, byte & 3
                     x = f"KVQ_PRMT(y{2 * p}{i}[{w}], y{2 * p + 1}{i}[{w}], {k | k << 4 | (4 + k) << 8 | (4 + k) << 12:#x})"
+                    if vs: regs.append(_denorm_pair(b, x, f"h{r}", b.bits == 4 and r & 1)); continue
                     regs.append(_magic_pair(b, x, f"n{r}", b.bits == 4 and r & 1))
                     regs.append(f"uint32_t h{r}; KVQ_HFMA2(h{r}, n{r}, s{p}, z{p});")
                 frag = "{h0, h1, h2, h3}"
@@ -1906,7 +1936,7 @@ def _lean_values(vplan, G, rep, carry=False):
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
                 lfrag = "{KVQ_PRMT(l0, l1, 0x5410), KVQ_PRMT(l0, l1, 0x7632), KVQ_PRMT(l2, l3, 0x5410), KVQ_PRMT(l2, l3, 0x7632)}"
             third = f" {{ {' '.join(lows)} const uint32_t al[4] = {lfrag}; KVQ_MMA(acc[{MT}], al, {bw[0]}, {bw[1]}); }}" if lo else ''
-            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, {bw[0]}, {bw[1]});{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO and not vp else ''}{third} }}")
+            body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {frag}; KVQ_MMA(acc[{MT}], a, {bw[0]}, {bw[1]});{' KVQ_MMA(acc[' + str(MT) + '], a, bl0, bl1);' if VLO and not vp and not vs else ''}{third} }}")
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1
@@ -1915,13 +1945,17 @@ def _lean_values(vplan, G, rep, carry=False):
     if vp:   # columns g + 4 (the low parts) added to columns g once, before the warps' sums read columns 0-3
         fold = f"for (int m_ = 0; m_ < {MT}; ++m_) for (int e = 0; e < 4; ++e) acc[m_][e] += KVQ_SHFL(acc[m_][e], 2);"
         acc_out.insert(0, fold); slab_out.insert(0, fold)
-    hd = "(gid & 3)" if vp else "gid"   # the head whose weights lane (gid, tig) holds
+    if vs:   # the codes' products (x 2^24) plus the biases; rows of group slot 1 (gid >= 4) hold heads 0-3 in columns 4-7 (lanes tig 2, 3)
+        slot = "{ const float o_ = KVQ_SHFL(v_, 2); v_ = gid >= 4 ? o_ : v_; } " if vs[1] else ""
+        fold = f"for (int m_ = 0; m_ < {MT}; ++m_) for (int e = 0; e < 4; ++e) {{ float v_ = 16777216.0f * acc[m_][e] + zacc[e]; {slot}acc[m_][e] = v_; }}"
+        acc_out.insert(0, fold); slab_out.insert(0, fold)
+    hd = "(gid & 3)" if vp or vs else "gid"   # the head whose weights lane (gid, tig) holds
     tokset = f"""const int tq = tb + 4 * tig;
             float p[4];
             #pragma unroll
             for (int e = 0; e < 4; ++e) p[e] = {hd} < G ? sc[(tq + e) * G + {hd}] : 0.0f;   // 0 past the last token (softmax of -inf)"""
     nts = "const int nq0 = t0 + min(TB + 4 * tig, NV - 1), nq1 = t0 + min(TB + 4 * tig + 1, NV - 1), nq2 = t0 + min(TB + 4 * tig + 2, NV - 1), nq3 = t0 + min(TB + 4 * tig + 3, NV - 1);"
-    acc = f"""float acc[{MT}][4];
+    acc = f"""float acc[{MT}][4];{' float zacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // VSCB: the biases weighed' if vs else ''}
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
     vbody = chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip()
     if carry:   # (accumulators, the value prologue, the chunk's value loop, the merge): the caller issues the prologue before the softmax (VPRO)
@@ -1944,12 +1978,13 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax(MT=None, vp=False):
+def _warp_softmax(MT=None, vp=False, zacc=False):
     """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
     head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
     across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
     rescaled by e^(old - new) first, the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once,
-    after the last chunk). `vp` (`_vpack`): the accumulators' columns 4-7 (lanes tig 2, 3) are heads 0-3's too"""
+    after the last chunk). `vp` (`_vpack`, `_vscb`): the accumulators' columns 4-7 (lanes tig 2, 3) are heads 0-3's too;
+    `zacc` (`_vscb`): the biases' accumulator is rescaled with them"""
     carry = MT is not None
     w = 'cm' if carry else 'm'    # the max the weights are taken against
     join = f"""
@@ -1960,7 +1995,7 @@ def _warp_softmax(MT=None, vp=False):
             if (g == {'(2 * tig & 3)' if vp else '2 * tig'}) f0 = f;
             if (g == {'(2 * tig & 3)' if vp else '2 * tig'} + 1) f1 = f;
         }}
-        for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}""" if carry else ''
+        for (int mt = 0; mt < {MT}; ++mt) {{ acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1; }}{' zacc[0] *= f0; zacc[1] *= f1; zacc[2] *= f0; zacc[3] *= f1;' if zacc else ''}""" if carry else ''
     done = ("for (int g = 0; g < G; ++g) { for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off); cl[g] += l[g]; }" if carry else
             """for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) l[g] += KVQ_SHFL(l[g], off);
         if (lane == 0) for (int g = 0; g < G; ++g) { wst[(warp * G + g) * 2] = m[g]; wst[(warp * G + g) * 2 + 1] = l[g]; }""")
@@ -2076,7 +2111,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT, _vpack(G, VNS))}    {loop}    }}
+{_warp_softmax(MT, _vpack(G, VNS) or bool(_vscb(vplan, G)), bool(_vscb(vplan, G)))}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

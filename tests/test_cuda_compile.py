@@ -59,6 +59,24 @@ def test_integer_key_products_compile(bits, D, monkeypatch):
         key_loop = next(c for _, _, c in CR.loops(sass[1]) if c['IMMA'])
         assert sass[0]['IMMA'] > 0 and key_loop['HMMA'] == 0 and key_loop['HFMA2'] == 0, key_loop
 
+@pytest.mark.parametrize('kbits', [8, 4])
+def test_value_scales_in_the_weights_compile(kbits, monkeypatch):
+    """`VSCB`: the folded kernel with affine values as subnormal halves and their scales in the weights compiles for
+    sm_90, and its value loop has no fused multiply-adds of halves (`HFMA2`) left (needs nvidia-cuda-cuobjdump for the
+    SASS; the compile alone otherwise); it is off by default, and without it the loop has them"""
+    kp, vp = side_plan(AffineCodec(kbits), 128), side_plan(AffineCodec(4), 128)
+    def value_loop():
+        try: got = CR.compile_decode(kp, vp, 4, True, sass=True, mask='int32_t')
+        except FileNotFoundError: got = CR.compile_decode(kp, vp, 4, True, mask='int32_t')
+        (regs, spill, smem, *sass), fin = got
+        assert fin == 'plain' and 0 < regs <= 255
+        return CR.loops(sass[1])[1][2] if sass else None
+    before = value_loop()
+    monkeypatch.setattr(AK, 'VSCB', True)
+    assert AK._vscb(vp, 4) == (16, True)
+    after = value_loop()
+    if after is not None: assert before['HFMA2'] > 0 and after['HFMA2'] == 0 and after['HMMA'] > before['HMMA'], (before, after)
+
 def test_unmasked_kernel_holds_no_mask_code(monkeypatch):
     """`MASKC`: compiled for an unmasked call (the int32 placeholder), the folded turbo:4 kernel's loops read no mask and
     branch around no mask read (SASS, sm_90: fewer global loads, no `BSSY`), and for a masked call (float32) its SASS

@@ -809,6 +809,44 @@ def test_affine_keys_on_integer_tensor_cores(monkeypatch):
     monkeypatch.setattr(AK, '_aint8_prep', lambda *a: prep(*a).replace("hi = (x + 128) >> 8", "hi = x >> 8"))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
 
+def test_affine_value_scales_in_the_weights(monkeypatch):
+    """`VSCB` (off by default until timed on a GPU): affine values of 4 / 8 bits as subnormal halves c 2^-24 (a mask or a
+    byte permute, no fused multiply-adds), each token's group scale in the weights (B columns: group slot, head), the
+    biases by one product a tile, the codes' sums x 2^24 plus the biases at the end, rows of group slot 1 moved from
+    columns 4-7 by one shuffle. On the emulator the same attention as the reference for two group slots (d128 g64; d64
+    g32 with 8-bit values; 2 query heads) and one (d64 g64), folded, masked and not; unfolded; a block carrying its
+    softmax over 2-3 chunks. Not vacuous: the slot shuffle, the biases, the 2^24 or the biases' rescale across chunks
+    left out are each caught; where it does not apply (group 32 at d128, 8 query heads) the source has no biases' product"""
+    monkeypatch.setattr(AK, 'VSCB', True)
+    cases = [c for c in E.CASES if c[0] in ('affine:8,4', 'affine:4 / affine:8 g32', 'affine:4 g32 / affine:4, 2 heads')] + [('affine:4 d64 g64', AffineCodec(4), AffineCodec(4), 1, 1, 4, 64, 300)]
+    slots = []
+    for name, kc, vc, B, Hkv, G, D, n in cases:
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        slots.append(AK._vscb(vp, G)[1])
+        assert 'KVQ_MMA(zacc, az, bz0, bz1)' in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp)), name
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+    assert slots == [True, True, True, False], slots
+    g32, a128 = A.side_plan(AffineCodec(4, 32), 128), A.side_plan(AffineCodec(4), 128)
+    assert AK._vscb(g32, 4) is None and AK._vscb(a128, 8) is None and AK._vscb(a128, 4) == (16, True)
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    for masked in (False, True):
+        assert E.check(kc, vc, B, Hkv, G, D, n, masked) <= E.tolerance(kc, vc, G, D), masked
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0); monkeypatch.setattr(AK, 'LPCH', 3)   # each block carries its softmax over 2-3 chunks
+    for masked in (False, True):
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), masked
+    ws, lv = AK._warp_softmax, AK._lean_values
+    monkeypatch.setattr(AK, '_warp_softmax', lambda *a, **k: ws(*a, **k).replace(' zacc[0] *= f0;', ''))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+    monkeypatch.setattr(AK, '_warp_softmax', ws)
+    for old, new in (("v_ = gid >= 4 ? o_ : v_;", ""), ("+ zacc[e]", ""), ("16777216.0f * ", "")):
+        def wrong(*a, old=old, new=new, **k):
+            out = lv(*a, **k); f = lambda s: s.replace(old, new)
+            return tuple(f(x) for x in out) if isinstance(out, tuple) else f(out)
+        monkeypatch.setattr(AK, '_lean_values', wrong)
+        assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2, old
+    monkeypatch.setattr(AK, '_lean_values', lv)
+
 def test_mask_known_at_compile_time(monkeypatch):
     """`MASKC` (on by default since it was timed on an H200, 2026-11-30): the tensor-core kernels take whether a call has a mask from the
     mask input's type (an int32 placeholder without one, float32 with one), so an unmasked call's kernel holds no mask
