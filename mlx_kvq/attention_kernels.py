@@ -1388,7 +1388,7 @@ def _scal_size(kplan, vplan, G, ns, pitch):
     extra = 4 * _NW * ns * 16 * pitch + 4 * _chmax(G) * n
     return n if SCAL and n <= 2 and _mma_shared_bytes(kplan, vplan, G) + extra <= _SHARED_LIMIT['cuda'] else 0
 
-MASKC = True             # tensor-core kernels: whether the call has a mask known when the kernel is compiled, from the mask input's type (a call without a mask passes an int32 placeholder, `attention._mask_input`; with one, float32), so that the kernels of unmasked calls hold no mask code at all; False: read from `meta` at run time. H200, 2026-11-30, Nsight Compute, the decode kernel of an unmasked call, issue's shape (`bench/h200_20261130g/`): 131K turbo:4 80.3-80.9 -> 79.4-81.0 us, affine:4 80.1-82.3 -> 78.5-80.5, turbo:3 84.2-85.3 -> 82.6-84.3; 4K turbo:4 22.0-22.2 -> 21.8-22.1, affine:4 16.4-17.0 -> 15.8-16.1 (0-3% faster; never slower beyond the runs' spread)
+MASKC = True             # tensor-core kernels: whether the call has a mask known when the kernel is compiled, from the mask input's type (a call without a mask passes an int32 placeholder, `attention._mask_input`; with one, float32), so that the kernels of unmasked calls hold no mask code at all; False: read from `meta` at run time. H200, 2026-11-30, Nsight Compute, the decode kernel of an unmasked call, issue's shape (`bench/h200_20261130g/`): 131K turbo:4 80.3-80.9 -> 79.4-81.0 us, affine:4 80.1-82.3 -> 78.5-80.5, turbo:3 84.2-85.3 -> 82.6-84.3; 4K turbo:4 22.0-22.2 -> 21.8-22.1, affine:4 16.4-17.0 -> 15.8-16.1 (the launches' means 0.7-3.8% lower)
 
 def _mma_head(G, KNS, VNS, dyn=None):
     """Source: the tensor-core kernel's start (both loop kinds): constants, thread and block indices, query / score /
@@ -1831,7 +1831,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
     {'' if wsm else 'KVQ_SYNC();'}
 """
 
-VPACK_LB = 2             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per two tiles, no spills either way (`python3 bench/cuda_registers.py --fold --sass --loops --unmasked --lb 2 --only 'turbo:4 D256' --set VPACK_LB=2`); 0: not. H200, 2026-11-30, Nsight Compute, Gemma's shape (one KV head, head dim 256) at 131K (`bench/h200_20261130g/aint8/gemma131.txt`): cal:5,4 68.8-71.2 -> 68.3-69.5 us, turbo:4 50.2-51.4 -> 50.3-51.8 (no change beyond the spread)
+VPACK_LB = 2             # VPACK also for wider values (head dim 256) in kernels compiled for at most this many resident blocks an SM (LB_FEW's calls: Gemma's one KV head): offline at LB = 2 the folded turbo:4 kernel's value loop 709 -> 655 SASS per two tiles, no spills either way (`python3 bench/cuda_registers.py --fold --sass --loops --unmasked --lb 2 --only 'turbo:4 D256' --set VPACK_LB=2`); 0: not. H200, 2026-11-30, Nsight Compute, Gemma's shape (one KV head, head dim 256) at 131K (`bench/h200_20261130g/aint8/gemma131.txt`): cal:5,4 68.8-71.2 -> 68.3-69.5 us (means -2.3%), turbo:4 50.2-51.4 -> 50.3-51.8 (means +1.1%)
 
 def _vpack(G, VNS):
     """Whether the lean value loop packs the weights' high and low parts into one B operand (`VPACK`: VLO, G <= 4, values
@@ -2104,6 +2104,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
 """
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
         acc, vpro, loop, sums = _lean_values(vplan, G, rep, True)
+        vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
         MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
@@ -2111,7 +2112,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT, _vpack(G, VNS) or bool(_vscb(vplan, G)), bool(_vscb(vplan, G)))}    {loop}    }}
+{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

@@ -115,6 +115,15 @@ def _fill(cache, shape, context, dtype, seed, chunk=2048):
     return out
 
 # %% ../nbs/11b_bench.ipynb #497d2c79
+def _round_order(names, r):
+    "The order round `r` of `--rounds` times the schemes in: as given in even rounds, reversed in odd ones"
+    return list(names)[::1 if r % 2 == 0 else -1]
+
+def _ratio_stats(values, ref, key):
+    "`key`, `key`_min, `key`_max: the median and range of each round's value over that round's reference (None without one)"
+    r = None if ref is None else [v / f for v, f in zip(values, ref)]
+    return {key: None if r is None else statistics.median(r), f"{key}_min": None if r is None else min(r), f"{key}_max": None if r is None else max(r)}
+
 def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contexts=(256, 1024), *, model=None,
           n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, dtype=None, group_size: int = 64,
           calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None,
@@ -177,11 +186,9 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
             if refout is not None:
                 num = sum(float(mx.sum((o - r) ** 2)) for o, r in zip(out, refout))
                 err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in refout))
-            ratios = None if ref is None else [m / f for m, f in zip(st["ms"], ref["ms"])]
             return dict(context=context, scheme=name, ms=statistics.median(st["ms"]), build_ms=statistics.median(st["build"]),
                         nbytes=st["nbytes"], bytes_per_token=st["nbytes"] / context, bits_per_value=bits_per_value(st["one"], subject, shapes),
-                        rel_error=err, ms_vs_fp16=None if ratios is None else statistics.median(ratios),
-                        ms_vs_fp16_min=None if ratios is None else min(ratios), ms_vs_fp16_max=None if ratios is None else max(ratios),
+                        rel_error=err, **_ratio_stats(st["ms"], None if ref is None else ref["ms"], "ms_vs_fp16"),
                         smaller_than_fp16=None if ref is None else ref["nbytes"] / st["nbytes"], copies=st["copies"],
                         layers=len(layers), rounds=len(st["ms"]), codecs=planned_labels(st["one"]))
         if rounds == 1:   # one pass: each scheme's caches filled, timed and freed in turn (the least memory)
@@ -195,7 +202,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
             continue
         states = {name: prepared(scheme) for name, scheme in parsed}   # every scheme's caches of this context at once
         for r in range(rounds):
-            for name in [n for n, _ in parsed][::1 if r % 2 == 0 else -1]: sample(states[name])
+            for name in _round_order([n for n, _ in parsed], r): sample(states[name])
         ref = states[parsed[0][0]] if parsed and parsed[0][1] == "fp16" else None
         for name, scheme in parsed:
             rows.append(row(name, scheme, states[name], ref))
@@ -206,15 +213,18 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
 # %% ../nbs/11b_bench.ipynb #b04effec
 def _fmt(v, spec, none="-"): return none if v is None else format(v, spec)
 
+def _spread(r, key):
+    "' (min-max)' of a row's ratio over its rounds where they differ, else ''"
+    lo, hi = r.get(f"{key}_min"), r.get(f"{key}_max")
+    return f" ({lo:.2f}-{hi:.2f})" if lo is not None and lo != hi else ""
+
 def bench_table(rows) -> str:
     """The bench rows as a markdown table (the last column: the part of each step's time spent building its calls on the host;
     with rounds, the median ratio to fp16 and, where they differ, the rounds' range)"""
     out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | bits / value | rel. error vs fp16 | of it host build ms |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        spread = (f" ({r['ms_vs_fp16_min']:.2f}-{r['ms_vs_fp16_max']:.2f})" if r.get('ms_vs_fp16_min') is not None
-                  and r['ms_vs_fp16_min'] != r['ms_vs_fp16_max'] else "")
-        out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x{spread} | "
+        out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x{_spread(r, 'ms_vs_fp16')} | "
                    f"{r['nbytes'] / 2**20:.2f} | {_fmt(r['smaller_than_fp16'], '.2f')}x | {r['bytes_per_token']:,.0f} | "
                    f"{_fmt(r.get('bits_per_value'), '.2f')} | "
                    f"{_fmt(r['rel_error'], '.2e')} | {_fmt(r.get('build_ms'), '.3f')} |")
@@ -304,10 +314,8 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
     def held(caches): return sum(int(c.nbytes) for c in caches), bits_per_value(caches, model, shapes), len(caches), planned_labels(caches)   # counted after a run
     def row(context, name, tps, ref, kept):
         "A row of one scheme: median tokens/s over its rounds, the median of each round's ratio to that round's fp16 and their range"
-        ratios = None if ref is None else [t / f for t, f in zip(tps, ref)]
         return dict(context=context, scheme=name, tokens_per_s=statistics.median(tps), tokens_per_s_rounds=tps,
-                    vs_fp16=None if ratios is None else statistics.median(ratios), vs_fp16_min=None if ratios is None else min(ratios),
-                    vs_fp16_max=None if ratios is None else max(ratios), nbytes=kept[0], bits_per_value=kept[1], steps=steps,
+                    **_ratio_stats(tps, ref, "vs_fp16"), nbytes=kept[0], bits_per_value=kept[1], steps=steps,
                     layers=kept[2], rounds=len(tps), codecs=kept[3])
     rows = []
     for context in contexts:
@@ -325,7 +333,7 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
         sets = {name: filled(scheme, context) for name, scheme in parsed}
         kept, tps = {}, {name: [] for name, _ in parsed}
         for r in range(rounds):
-            for name in [n for n, _ in parsed][::1 if r % 2 == 0 else -1]:
+            for name in _round_order([n for n, _ in parsed], r):
                 cs = sets[name]; start = cs[0].offset
                 tps[name].append(tokens_per_s(cs))
                 if name not in kept: kept[name] = held(cs)
@@ -345,9 +353,7 @@ def decode_table(rows) -> str:
     "The whole-model rows as a markdown table (with rounds: the median ratio to fp16 and, where they differ, the rounds' range)"
     out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        spread = (f" ({r['vs_fp16_min']:.2f}-{r['vs_fp16_max']:.2f})" if r.get('vs_fp16_min') is not None
-                  and r['vs_fp16_min'] != r['vs_fp16_max'] else "")
-        out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x{spread} | "
+        out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x{_spread(r, 'vs_fp16')} | "
                    f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} |")
     return "\n".join(out)
 

@@ -63,7 +63,7 @@ def test_integer_key_products_compile(bits, D, monkeypatch):
 def test_value_scales_in_the_weights_compile(kbits, monkeypatch):
     """`VSCB`: the folded kernel with affine values as subnormal halves and their scales in the weights compiles for
     sm_90, and its value loop has no fused multiply-adds of halves (`HFMA2`) left (needs nvidia-cuda-cuobjdump for the
-    SASS; the compile alone otherwise); it is off by default, and without it the loop has them"""
+    SASS; the compile alone otherwise), where without it the loop has them"""
     kp, vp = side_plan(AffineCodec(kbits), 128), side_plan(AffineCodec(4), 128)
     def value_loop():
         try: got = CR.compile_decode(kp, vp, 4, True, sass=True, mask='int32_t')
@@ -71,6 +71,7 @@ def test_value_scales_in_the_weights_compile(kbits, monkeypatch):
         (regs, spill, smem, *sass), fin = got
         assert fin == 'plain' and 0 < regs <= 255
         return CR.loops(sass[1])[1][2] if sass else None
+    monkeypatch.setattr(AK, 'VSCB', False)
     before = value_loop()
     monkeypatch.setattr(AK, 'VSCB', True)
     assert AK._vscb(vp, 4) == (16, True)
