@@ -1840,7 +1840,7 @@ def _vpack(G, VNS):
     lb = getattr(_GEN, 'lb', LB)
     return VPACK and VLO and G <= 4 and (VNS <= BMERGE_VNS or bool(lb) and lb <= VPACK_LB)
 
-VSCB = False             # lean value loop, one affine band of 4 or 8 bits, at most 4 query heads, the thread's dims in group gid >> 2 (group = 4 x the thread's dims) or all in one group: the codes as subnormal halves c 2^-24 (one mask or byte permute, no fused multiply-adds), the group scales in the weights (B columns: group slot, head), the biases by one product a tile (`_vscb`); not yet timed on a GPU
+VSCB = True              # lean value loop, one affine band of 4 or 8 bits, at most 4 query heads, the thread's dims in group gid >> 2 (group = 4 x the thread's dims) or all in one group: the codes as subnormal halves c 2^-24 (one mask or byte permute, no fused multiply-adds), the group scales in the weights (B columns: group slot, head), the biases by one product a tile (`_vscb`); False: the fused multiply-adds. H200, 2026-11-30, Nsight Compute, the decode kernel at 131K, issue's shape (`bench/h200_20261130h/vscb/`): affine:4 73.0-75.3 -> 72.1-74.6 us (means -1.4%), affine:8,4 89.8-90.1 -> 85.1-86.8 (-4.5%); every affine GPU check passing with it
 
 def _vscb(vplan, G):
     """(thread dims Rv, two group slots?) where the lean value loop takes the scales into the weights (`VSCB`), else None:

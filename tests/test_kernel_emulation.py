@@ -705,6 +705,7 @@ def test_affine_codes_by_the_magic_number(monkeypatch):
     lookups, no integer conversions, their tables not filled), and the dequantized halves are the table's bit for bit:
     where only the values are affine (`auto:B`'s calibrated keys beside 8-bit affine values) the emulated kernel's
     output is the same array with it on and off. Not vacuous: with it off the source has no magic at all"""
+    monkeypatch.setattr(AK, 'VSCB', False)   # the magic-number value loop (VSCB takes these values' codes as subnormal halves instead)
     kc, vc, D, G, n = E.calibrated_pair(64)[0], AffineCodec(8), 64, 4, 300
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     mx.random.seed(3)
@@ -733,7 +734,7 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     two products instead of three), folded with each block's chunks merged (`BMERGE`, the carried accumulators rescaled
     per column's head) and not, masked and not, 2 and 4 query heads; 8 query heads keep two products. Not vacuous: the
     low parts' columns added from the wrong lanes, or rescaled with another head's factor, are caught"""
-    monkeypatch.setattr(AK, 'VPACK', True)
+    monkeypatch.setattr(AK, 'VPACK', True); monkeypatch.setattr(AK, 'VSCB', False)   # affine values here by the magic number and VPACK's packed weights (VSCB: scaled weights, `test_affine_value_scales_in_the_weights`)
     cases = [c for c in E.CASES if c[0] in ('turbo:4', 'affine:8,4', 'affine:4 g32 / affine:4, 2 heads', 'calibrated 5o/4o')]
     for name, kc, vc, B, Hkv, G, D, n in cases:
         kc, vc = _pair(kc, vc, D)
