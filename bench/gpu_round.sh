@@ -96,12 +96,12 @@
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
-ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, two launches) per knob set, for each scheme of $SCH (default turbo:4 then affine:4); caches warm as the previous launch left them (CC=none, the default: a cache larger than L2 partly L2-resident, durations optimistic) or flushed before every pass (CC=all: the cache read from memory, as a real decode step's layers read theirs)
+ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, two launches) per knob set, for each scheme of $SCH (default turbo:4 then affine:4); caches warm as the previous launch left them (NCU_CC=none, the default: a cache larger than L2 partly L2-resident, durations optimistic) or flushed before every pass (NCU_CC=all, not CC: the GPU machine sets CC to its C compiler; the cache read from memory, as a real decode step's layers read theirs)
   local f=$1 re=$2 s k d; shift 2
   for s in ${SCH:-turbo:4 affine:4}; do for k in "$@"; do
-    d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${CC:-none} --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
+    d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${NCU_CC:-none} --kernel-name "regex:$re" --launch-skip 4 --launch-count 2 \
       --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k ${NCUFLAGS:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
-    echo "$s ${CTX:-131072} $k${CC:+ (caches $CC)}: duration us $d" | tee -a "$f"; done; done
+    echo "$s ${CTX:-131072} $k${NCU_CC:+ (caches $NCU_CC)}: duration us $d" | tee -a "$f"; done; done
 }
 checks_with() {   # checks_with KNOBS CASES SCHEME...: check_fused_cuda's check section (CASES: its --cases regex, empty for all) and the decode steps of SCHEMEs, in parallel with KVQ_KNOBS=KNOBS, each cut at 320 s; their last lines
   local kn=$1 cs=$2; shift 2
@@ -319,9 +319,9 @@ case $part in
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" "VSCB=False" "VSCB=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" ;;
   cold) for cc in none all; do timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control $cc --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
-           python3 bench/ncu_decode.py fp16 ${CTX:-131072} 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 ${CTX:-131072} (caches $cc): /" | tee -a "$O/fp16.txt"; done   # the memory-parallelism knobs with the caches flushed before every pass (CC=all; the earlier timings kept the previous launch's L2 contents), fp16 SDPA's kernel both ways (about 8 min at SCH="turbo:4 affine:4")
-         CC=none SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2"
-         CC=all SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "STG=3" "STG=4" "PF=3" "STG=4 PF=1" "PF=2" ;;
+           python3 bench/ncu_decode.py fp16 ${CTX:-131072} 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 ${CTX:-131072} (caches $cc): /" | tee -a "$O/fp16.txt"; done   # the memory-parallelism knobs with the caches flushed before every pass (NCU_CC=all; the earlier timings kept the previous launch's L2 contents), fp16 SDPA's kernel both ways (about 8 min at SCH="turbo:4 affine:4")
+         NCU_CC=none SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2"
+         NCU_CC=all SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "STG=3" "STG=4" "PF=3" "STG=4 PF=1" "PF=2" ;;
   maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, the default since 2026-11-30): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" "MASKC=False" "MASKC=True"
          CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" ;;

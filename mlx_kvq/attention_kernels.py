@@ -577,7 +577,7 @@ def _chunk(n, R, G):
 
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
-FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials)
+FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials). H200, 2026-11-30, Gemma's shape (`bench/h200_20261130h/fgs/`): FGS=8 / 4 moved the decode kernel's mean by -1.8% / +1.3% (turbo:4, 131K), +0.4% / +1.0% (cal:5,4, 131K), -3.1% / +4.8% (turbo:4, 32K)
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
@@ -1448,8 +1448,8 @@ LPCH_MIN = 600           # rows x chunks from which blocks serve LPCH (or PCH) c
 PSUM = True              # lean loops: the warps' partial outputs summed in parallel from slabs of the score buffer (`_warp_sums`), not one warp after another
 BMERGE = True            # folded lean kernels with WSM: each block merges the chunks it serves into one partial (a softmax carried across them; `_bmerge_ok`), so the fold merges one partial per block (at most FOLD blocks per row) instead of one per chunk
 WSM = True               # lean loops: each warp's softmax over its own tiles (the tokens its value loop weighs), merged with the slabs (`_wsm_ok`; the slab sums then whatever PSUM says): two block barriers per chunk fewer
-STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none
-PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile)
+STG = 0                  # lean loops: cp.async stages per warp (each 16-token tile's words copied to shared memory STG - 1 tiles ahead, 16 bytes a copy; single-band sides of whole 16-byte rows); 0: none. H200, 2026-11-30, Nsight Compute with L2 flushed before every pass, 131K, issue's shape (`bench/h200_20261130h/cold/`): STG=3 / 4 turbo:4 113-121 us, affine:4 101-108, against 79-80 and 72-73 without
+PF = 2                   # lean loops: tiles of loads in flight per warp ahead of the one it computes (software pipelining; 0: loads in the tile). PF=3 with L2 flushed before every pass (`bench/h200_20261130h/cold/`, 131K): turbo:4 82.3-82.4 us, affine:4 91.2-92.5, against 79.4-80.2 and 71.7-72.8
 OPAQUE = True            # lean loops: each row pointer made opaque to the compiler once (a 64-bit register: every load's address one wide multiply-add from it, not a 64-bit sum rebuilt per load)
 QLO = False              # lean score loop: the query as two half-precision parts (hi + lo, two products per fragment: ~22 bits); False: hi alone (11 bits: a float16 query's own precision; keeps BMERGE's loops spill-free)
 VLO = True               # lean value loop: the weights as hi + lo parts (two products); False: hi alone
