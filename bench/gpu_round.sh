@@ -322,9 +322,11 @@ case $part in
            python3 bench/ncu_decode.py fp16 ${CTX:-131072} 2>&1 | grep -E "^    Duration" | sed "s/^/fp16 ${CTX:-131072} (caches $cc): /" | tee -a "$O/fp16.txt"; done   # the memory-parallelism knobs with the caches flushed before every pass (NCU_CC=all; the earlier timings kept the previous launch's L2 contents), fp16 SDPA's kernel both ways (about 8 min at SCH="turbo:4 affine:4")
          NCU_CC=none SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2"
          NCU_CC=all SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "STG=3" "STG=4" "PF=3" "STG=4 PF=1" "PF=2" ;;
-  split) for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # one call at 131K split into build / submit / wait (bench/call_split_cuda.py; 2026-11-30: wait 103-104 us a call for 72-80 us kernels, fp16 142 for 139): with CUDA graphs off, without the fold (no counter chain between calls), 8 and 32 calls an evaluation (about 4 min)
+  split) nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 50 > "$O/smi.csv" 2>&1 & smi=$!   # the SM clock while the calls run: a kernel bound by its own chains slows with it, fp16's memory-bound one hardly
+         for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # one call at 131K split into build / submit / wait (bench/call_split_cuda.py; 2026-11-30: wait 103-104 us a call for 72-80 us kernels, fp16 142 for 139): with CUDA graphs off, without the fold (no counter chain between calls), 8 and 32 calls an evaluation (about 4 min)
            for n in 8 32; do env $v timeout 80 python3 bench/call_split_cuda.py --context 131072 --repeats 5 --calls $n > "$O/split_${v//[^A-Za-z0-9]/_}_$n.log" 2>&1
-             echo "${v:-default} calls $n"; grep -E "^\| [a-z0-9]" "$O/split_${v//[^A-Za-z0-9]/_}_$n.log"; done; done ;;
+             echo "${v:-default} calls $n"; grep -E "^\| [a-z0-9]" "$O/split_${v//[^A-Za-z0-9]/_}_$n.log"; done; done
+         kill $smi; cut -d, -f2 "$O/smi.csv" | sort | uniq -c | sort -rn | head -5 ;;
   maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, the default since 2026-11-30): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" "MASKC=False" "MASKC=True"
          CTX=4096 SCH="turbo:4 affine:4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" ;;
