@@ -169,15 +169,16 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
                 return [scaled_dot_product_attention(mx.stop_gradient(qs[j][n]), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None)
                         for n, (c, kv) in enumerate(cs)]
             def run(): return [step(j, sets[j % copies]) for j in range(calls)]
-            return dict(one=one, filled=filled, nbytes=nbytes, copies=copies, step=step, run=run, ms=[], build=[])
+            return dict(one=one, filled=filled, nbytes=nbytes, copies=copies, step=step, run=run, ms=[], build=[], submit=[])
         def sample(st):
-            "One round of a scheme: warm-up, then `repeats` samples; its medians (ms, build ms) appended to the scheme's"
+            "One round of a scheme: warm-up, then `repeats` samples; its medians (ms, build ms, submit ms) appended to the scheme's"
             for _ in range(warmup): mx.eval(st["run"]())
-            samples, builds = [], []
-            for _ in range(repeats):   # a sample: building the calls' graph (the host's Python and MLX's ops), then evaluating it
-                t0 = time.perf_counter(); outs = st["run"](); t1 = time.perf_counter(); mx.eval(outs); del outs; t2 = time.perf_counter()   # freeing the outputs: in the step, not in its build
-                samples.append((t2 - t0) / calls); builds.append((t1 - t0) / calls)
-            st["ms"].append(1e3 * statistics.median(samples)); st["build"].append(1e3 * statistics.median(builds))
+            samples, builds, submits = [], [], []
+            for _ in range(repeats):   # a sample: building the calls' graph (the host's Python and MLX's ops), submitting it (MLX walks it and launches its kernels), waiting for it
+                t0 = time.perf_counter(); outs = st["run"](); t1 = time.perf_counter(); mx.async_eval(outs); t2 = time.perf_counter()
+                mx.eval(outs); del outs; t3 = time.perf_counter()   # freeing the outputs: in the step, not in its build
+                samples.append((t3 - t0) / calls); builds.append((t1 - t0) / calls); submits.append((t2 - t1) / calls)
+            for k, v in (("ms", samples), ("build", builds), ("submit", submits)): st[k].append(1e3 * statistics.median(v))
         def row(name, scheme, st, ref):
             out = [o.astype(mx.float32) for o in st["step"](0, st["filled"])]
             if scheme == "fp16": reference[context] = out
@@ -186,7 +187,7 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
             if refout is not None:
                 num = sum(float(mx.sum((o - r) ** 2)) for o, r in zip(out, refout))
                 err = math.sqrt(num / sum(float(mx.sum(r ** 2)) for r in refout))
-            return dict(context=context, scheme=name, ms=statistics.median(st["ms"]), build_ms=statistics.median(st["build"]),
+            return dict(context=context, scheme=name, ms=statistics.median(st["ms"]), build_ms=statistics.median(st["build"]), submit_ms=statistics.median(st["submit"]),
                         nbytes=st["nbytes"], bytes_per_token=st["nbytes"] / context, bits_per_value=bits_per_value(st["one"], subject, shapes),
                         rel_error=err, **_ratio_stats(st["ms"], None if ref is None else ref["ms"], "ms_vs_fp16"),
                         smaller_than_fp16=None if ref is None else ref["nbytes"] / st["nbytes"], copies=st["copies"],
@@ -219,15 +220,16 @@ def _spread(r, key):
     return f" ({lo:.2f}-{hi:.2f})" if lo is not None and lo != hi else ""
 
 def bench_table(rows) -> str:
-    """The bench rows as a markdown table (the last column: the part of each step's time spent building its calls on the host;
+    """The bench rows as a markdown table (the last two columns: the parts of each step's time spent building its calls on the host
+    and submitting them (MLX walking the built graph and launching its kernels);
     with rounds, the median ratio to fp16 and, where they differ, the rounds' range)"""
-    out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | bits / value | rel. error vs fp16 | of it host build ms |",
-           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| context | scheme | attention ms / step | vs fp16 | KV cache MiB | smaller than fp16 | bytes / token | bits / value | rel. error vs fp16 | of it host build ms | submit ms |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         out.append(f"| {r['context']:,} | {r['scheme']} | {r['ms']:.3f} | {_fmt(r['ms_vs_fp16'], '.2f')}x{_spread(r, 'ms_vs_fp16')} | "
                    f"{r['nbytes'] / 2**20:.2f} | {_fmt(r['smaller_than_fp16'], '.2f')}x | {r['bytes_per_token']:,.0f} | "
                    f"{_fmt(r.get('bits_per_value'), '.2f')} | "
-                   f"{_fmt(r['rel_error'], '.2e')} | {_fmt(r.get('build_ms'), '.3f')} |")
+                   f"{_fmt(r['rel_error'], '.2e')} | {_fmt(r.get('build_ms'), '.3f')} | {_fmt(r.get('submit_ms'), '.3f')} |")
     return "\n".join(out)
 
 def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5, rounds=1) -> str:
