@@ -315,7 +315,7 @@ case $part in
   aint8) checks_with AINT8=True affine affine:4 affine:8,4   # AINT8 (affine keys on the integer tensor cores, the default since 2026-11-30): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" "AINT8=False" "AINT8=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "AINT8=False" "AINT8=True" ;;
-  vscb) checks_with VSCB=True affine affine:4 affine:8,4   # VSCB (affine values as subnormal halves, their scales in the weights; off until timed): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 7 min)
+  vscb) checks_with VSCB=True affine affine:4 affine:8,4   # VSCB (affine values as subnormal halves, their scales in the weights; on since 2026-11-30): the affine GPU checks with it on, then the decode kernel at 131K and 4K under Nsight Compute against it off (about 7 min)
          SCH="affine:4 affine:8,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" "VSCB=False" "VSCB=True"
          CTX=4096 SCH="affine:4 affine:8,4" ncu_sets "$O/kern4k.txt" "mlx_kvq_decode_[0-9a-f]" "VSCB=False" "VSCB=True" ;;
   cold) for cc in none all; do timeout 60 /usr/local/cuda/bin/ncu --clock-control none --cache-control $cc --kernel-name regex:"(?i)sdpa" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
@@ -323,9 +323,9 @@ case $part in
          NCU_CC=none SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2"
          NCU_CC=all SCH="${SCH:-turbo:4}" ncu_sets "$O/kern.txt" "mlx_kvq_decode_[0-9a-f]" "PF=2" "STG=3" "STG=4" "PF=3" "STG=4 PF=1" "PF=2" ;;
   split) nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 50 > "$O/smi.csv" 2>&1 & smi=$!   # the SM clock while the calls run: a kernel bound by its own chains slows with it, fp16's memory-bound one hardly
-         for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # one call at 131K split into build / submit / wait (bench/call_split_cuda.py; 2026-11-30: wait 103-104 us a call for 72-80 us kernels, fp16 142 for 139): with CUDA graphs off, without the fold (no counter chain between calls), 8 and 32 calls an evaluation (about 4 min)
-           for n in 8 32; do env $v timeout 80 python3 bench/call_split_cuda.py --context 131072 --repeats 5 --calls $n > "$O/split_${v//[^A-Za-z0-9]/_}_$n.log" 2>&1
-             echo "${v:-default} calls $n"; grep -E "^\| [a-z0-9]" "$O/split_${v//[^A-Za-z0-9]/_}_$n.log"; done; done
+         for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # one call at 131K as build / submit / the rest (mlx-kvq bench's columns; 2026-11-30: the rest 103-104 us a call for 72-80 us kernels, fp16 142 for 139): with CUDA graphs off, without the fold (no counter chain between calls), 8 and 32 calls an evaluation (about 5 min)
+           for n in 8 32; do f="$O/split_${v//[^A-Za-z0-9]/_}_$n"; env $v timeout 90 python3 bench/kvq_knobs.py bench --kv fp16 turbo:4 affine:4 --context 131072 --calls $n --repeats 5 --rounds 2 --json "$f.json" > "$f.log" 2>&1
+             echo "${v:-default} calls $n"; python3 -c "import json, sys; [print(r['scheme'], 'build / submit / rest us per call:', *(round(x, 1) for x in (1e3 * r['build_ms'], 1e3 * r['submit_ms'], 1e3 * (r['ms'] - r['build_ms'] - r['submit_ms'])))) for r in json.load(open(sys.argv[1]))['rows']]" "$f.json"; done; done
          kill $smi; cut -d, -f2 "$O/smi.csv" | sort | uniq -c | sort -rn | head -5 ;;
   maskc) checks_with MASKC=True "" turbo:4 affine:4 affine:8,4 'calibrated 4o5'   # MASKC (an unmasked call's kernel without mask code, the default since 2026-11-30): the GPU checks with it on (masked and unmasked cases), then the decode kernel at 131K and 4K under Nsight Compute against it off (about 8 min)
          SCH="turbo:4 affine:4 turbo:3" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "MASKC=False" "MASKC=True" "MASKC=False" "MASKC=True"
