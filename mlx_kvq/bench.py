@@ -124,16 +124,24 @@ def _ratio_stats(values, ref, key):
     r = None if ref is None else [v / f for v, f in zip(values, ref)]
     return {key: None if r is None else statistics.median(r), f"{key}_min": None if r is None else min(r), f"{key}_max": None if r is None else max(r)}
 
+def _queries_after(q, prev):
+    """Queries `q` of a call that must wait for `prev`, the call before it (`bench(serial=True)`): `prev` itself where it has
+    the queries' shape and dtype (an attention output of the same heads and width), else `q` plus zero times one of `prev`'s values"""
+    if prev.shape == q.shape and prev.dtype == q.dtype: return prev
+    return q + (prev.reshape(-1)[:1] * 0).astype(q.dtype)
+
 def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contexts=(256, 1024), *, model=None,
           n_heads: int = 32, n_kv_heads: int = 8, head_dim: int = 128, dtype=None, group_size: int = 64,
           calls: int = 8, repeats: int = 5, warmup: int = 2, rotate_mib: float = 64, seed: int = 0, progress=None,
-          tokenizer=None, calib_tokens=None, rounds: int = 1) -> list[dict]:
+          tokenizer=None, calib_tokens=None, rounds: int = 1, serial: bool = False) -> list[dict]:
     """Decode attention latency (ms per decode step, median) and cache bytes for each scheme and context, on one
     attention layer of the given shape (default) or on every cache layer of `model`; rows of dicts. With `rounds` > 1
     every scheme's caches of a context are filled once and kept, and each round takes `repeats` samples of every scheme in
     turn (the order reversed every other round): a row's `ms` is the median of its rounds' medians and `ms_vs_fp16` the
     median of each round's ratio to that round's fp16 (`ms_vs_fp16_min` / `_max` their range), so that a drift of the
-    host's or the device's speed during the run does not land on one scheme. A planned scheme (`auto:B`) is planned on
+    host's or the device's speed during the run does not land on one scheme. With `serial` each timed call takes the
+    previous call's output as its queries (`_queries_after`), so no call can run beside the one before it, as a model's
+    layers cannot; else the calls are independent and a GPU may overlap them. A planned scheme (`auto:B`) is planned on
     `calib_tokens`, else as `bench_calibration` says"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]               # bad schemes fail before anything is allocated
     for c in contexts:
@@ -165,10 +173,17 @@ def bench(schemes=("fp16", "affine:8", "affine:4", "turbo:4", "turbo:3"), contex
             for _ in range(copies - 1):
                 more = bench_caches(subject, scheme, group_size=group_size, **calib)
                 sets.append([(more[i], _fill(more[i], shp, context, dtype, seed + 7919 * i)) for i, shp in layers])
-            def step(j, cs):  # stop_gradient: a fresh handle, as mlx-lm's quantized SDPA scales its queries in place
-                return [scaled_dot_product_attention(mx.stop_gradient(qs[j][n]), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None)
-                        for n, (c, kv) in enumerate(cs)]
-            def run(): return [step(j, sets[j % copies]) for j in range(calls)]
+            def step(j, cs, after=None, chain=False):  # stop_gradient: a fresh handle, as mlx-lm's quantized SDPA scales its queries in place
+                outs = []                                # chain: each call waits for `after`, the call before it (`serial`)
+                for n, (c, kv) in enumerate(cs):
+                    q = qs[j][n] if after is None else _queries_after(qs[j][n], after)
+                    outs.append(scaled_dot_product_attention(mx.stop_gradient(q), kv[0], kv[1], c, scale=layers[n][1][1] ** -0.5, mask=None))
+                    if chain: after = outs[-1]
+                return outs
+            def run():
+                out = []
+                for j in range(calls): out.append(step(j, sets[j % copies], out[-1][-1] if serial and out else None, serial))
+                return out
             return dict(one=one, filled=filled, nbytes=nbytes, copies=copies, step=step, run=run, ms=[], build=[], submit=[])
         def sample(st):
             "One round of a scheme: warm-up, then `repeats` samples; its medians (ms, build ms, submit ms) appended to the scheme's"
@@ -232,14 +247,14 @@ def bench_table(rows) -> str:
                    f"{_fmt(r['rel_error'], '.2e')} | {_fmt(r.get('build_ms'), '.3f')} | {_fmt(r.get('submit_ms'), '.3f')} |")
     return "\n".join(out)
 
-def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5, rounds=1) -> str:
+def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=None, calls=8, repeats=5, rounds=1, serial=False) -> str:
     "One line naming what was measured, on what, when."
     dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
     what = f"model {model}" if model is not None else f"one layer, {n_heads} query / {n_kv_heads} KV heads, head dim {head_dim}"
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
     return (f"{what}, {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
             f"MLX {mx.__version__} {'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; median of {repeats} x "
-            f"{calls} calls per eval{f', {rounds} alternating rounds (medians)' if rounds > 1 else ''}; {datetime.date.today().isoformat()}")
+            f"{calls} {'serial calls (each on the previous one' + chr(39) + 's output)' if serial else 'calls'} per eval{f', {rounds} alternating rounds (medians)' if rounds > 1 else ''}; {datetime.date.today().isoformat()}")
 
 # %% ../nbs/11b_bench.ipynb #e199674f
 MODEL_SHAPES = {   # mlx-lm ModelArgs of public model shapes (random weights): llama, gemma3_text (sliding-window layers), tiny ones for tests
@@ -377,6 +392,9 @@ def _bench_arguments(p: argparse.ArgumentParser):
     p.add_argument("--kv-group-size", type=_positive_int, default=64, metavar="G", help="affine group size (default: %(default)s)")
     p.add_argument("--calls", type=_positive_int, default=8, metavar="N",
                    help="independent attention calls per timed mx.eval (default: %(default)s)")
+    p.add_argument("--serial", action="store_true",
+                   help="each call takes the previous call's output as its queries, so that no call runs beside another "
+                        "(a model's layers run one after another); default: independent calls, which a GPU may overlap")
     p.add_argument("--repeats", type=_positive_int, default=5, metavar="N", help="timed samples per row; the median is reported (default: %(default)s)")
     p.add_argument("--warmup", type=_nonneg_int, default=2, metavar="N", help="untimed runs first (default: %(default)s)")
     p.add_argument("--rotate-mib", type=float, default=64, metavar="MIB",
@@ -413,7 +431,7 @@ def run_bench(args) -> int:
     if args.model is not None:
         model, tokenizer = load(None if args.model == "embedded" else args.model, dtype=dtype or mx.float32)
     kw = dict(n_heads=args.heads, n_kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=dtype, calls=args.calls,
-              repeats=args.repeats, rounds=args.rounds)
+              repeats=args.repeats, rounds=args.rounds, serial=args.serial)
     header = bench_header(model=args.model, **kw)
     note = bench_calibration(layer_model(args.heads, args.kv_heads, args.head_dim, args.seed) if model is None else model, args.kv, tokenizer, args.seed)[1]
     if note: header += f"; {note}"
