@@ -288,6 +288,10 @@ def _ncp(R): return -(-max(R, 4) // 4) * 4
 
 def _fold_groups(): return -(-FOLD // FGS)
 
+def _final_batch():
+    "Groups the fold's last merger loads at once (`_merge_batch`): all of them up to 8"
+    return min(_fold_groups(), 8)
+
 def _fold_counters(R):
     "Ints at the start of a folded call's scratch: per row its counter of merged groups, then one counter per merge group (`_fold_source`), a multiple of 4"
     return _ncp(R * (1 + _fold_groups()))
@@ -728,16 +732,45 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
         KVQ_SYNC();
 """
 
+def _merge_batch(F, inside, at, stats, value):
+    """CUDA text merging one batch of F partials into a thread's running (max `M`, sum `L`, unnormalized output `ax`..`aw`),
+    every load of the batch in flight at once: partial i (where `inside`) has its (max, sum) at `stats` + `at` and its 4
+    output coordinates at `value`; the running sums are carried onto the new max (a factor e^(M - M'), 0 while M is
+    -inf), and a partial of max -inf (every token masked) adds nothing, whatever its sums hold"""
+    return f"""            {{
+                float ms[{F}], lw[{F}];
+                float4 v[{F}];
+                float Mi = M;
+                #pragma unroll
+                for (int i = 0; i < {F}; ++i) {{   // the batch's loads in flight together
+                    const bool in = {inside};
+                    const long a = {at};
+                    ms[i] = in ? __ldcg({stats} + a) : KVQ_NEG_INF;
+                    lw[i] = in ? __ldcg({stats} + a + 1) : 0.0f;
+                    v[i] = in ? __ldcg({value}) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    Mi = KVQ_MAX(Mi, ms[i]);
+                }}
+                const float Mn = Mi == KVQ_NEG_INF ? 0.0f : Mi, cf = M == KVQ_NEG_INF ? 0.0f : KVQ_EXP(M - Mn);
+                L *= cf; ax *= cf; ay *= cf; az *= cf; aw *= cf; M = Mi;
+                #pragma unroll
+                for (int i = 0; i < {F}; ++i) {{
+                    const float w = ms[i] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms[i] - Mn);
+                    const bool on = w != 0.0f;   // a chunk of weight 0 (every token masked) may hold anything
+                    L += on ? w * lw[i] : 0.0f;
+                    ax += on ? w * v[i].x : 0.0f; ay += on ? w * v[i].y : 0.0f; az += on ? w * v[i].z : 0.0f; aw += on ? w * v[i].w : 0.0f;
+                }}
+            }}"""
+
 def _fold_source(VDP, finish, Dv=None, tail=None):
     """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain', 'rot' or
     'dense' with the output's width `Dv`, as the combine kernel's), merging the row's partials in two levels so that no
     block merges many: the blocks of a row form groups of FGS (`kvq_grp` = block / FGS). Every block, once its chunks'
     partials are stored, makes them visible (`__threadfence`) and counts itself done on its group's counter; the last
     block of a group merges the group's partials (its blocks' chunks) into one (max, sum, unnormalized output) in `go`,
-    `gml` (each thread 4 coordinates of one head, the group's FGS loads in flight at once, through L2: `__ldcg`, other
-    SMs wrote them), makes it visible and counts the group done on the row's counter; the last group's merger merges the
-    row's groups for its G heads: a warp per head finds the groups' max and weights (in the score buffer `sc`, free after
-    the loops) and the sum, each thread merges outputs (head, coordinate) over the groups, the result divided by the sum,
+    `gml` (each thread 4 coordinates of one head, `_merge_batch`: the group's FGS partials' maxima, sums and outputs
+    loaded at once, through L2: `__ldcg`, other SMs wrote them), makes it visible and counts the group done on the row's
+    counter; the last group's merger merges the row's groups the same way (batches of up to 8 groups; one batch for up
+    to 128 blocks a row), the result divided by the sum,
     transformed back for 'rot' (Walsh-Hadamard butterflies in shared memory, then signs and 1/sqrt(VDP)) or by the
     output map for 'dense', and cast to the model's dtype. `cnt` (the counters, `_fold_counters`: per row the groups'
     count, then the groups') is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a
@@ -763,32 +796,9 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
         for (int c = tid; c < G * VDP / 4; c += {NT}) {{
             const int g = 4 * c / VDP;
             const float4* const op = reinterpret_cast<const float4*>(o + (long)r * S * G * VDP) + c;
-            float M = KVQ_NEG_INF;
-            for (int s0 = b0; s0 < S; s0 += KVQ_GX) {{
-                #pragma unroll
-                for (int i = 0; i < FGS; ++i) if (i < nb && s0 + i < S) M = KVQ_MAX(M, __ldcg(ml + (((long)r * S + s0 + i) * G + g) * 2));
-            }}
-            const float M0 = M == KVQ_NEG_INF ? 0.0f : M;
-            float L = 0.0f, ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
-            for (int s0 = b0; s0 < S; s0 += KVQ_GX) {{
-                float w[FGS], lw[FGS];
-                float4 v[FGS];
-                #pragma unroll
-                for (int i = 0; i < FGS; ++i) {{   // the group's loads in flight together
-                    const bool in = i < nb && s0 + i < S;
-                    const long a = (((long)r * S + s0 + i) * G + g) * 2;
-                    const float ms = in ? __ldcg(ml + a) : KVQ_NEG_INF;
-                    w[i] = ms == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms - M0);
-                    lw[i] = in ? __ldcg(ml + a + 1) : 0.0f;
-                    v[i] = in ? __ldcg(op + (long)(s0 + i) * (G * VDP / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                }}
-                #pragma unroll
-                for (int i = 0; i < FGS; ++i) {{
-                    const bool on = w[i] != 0.0f;   // a chunk of weight 0 (every token masked) may hold anything
-                    L += on ? w[i] * lw[i] : 0.0f;
-                    ax += on ? w[i] * v[i].x : 0.0f; ay += on ? w[i] * v[i].y : 0.0f; az += on ? w[i] * v[i].z : 0.0f; aw += on ? w[i] * v[i].w : 0.0f;
-                }}
-            }}
+            float M = KVQ_NEG_INF, L = 0.0f, ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
+            for (int s0 = b0; s0 < S; s0 += KVQ_GX)
+{_merge_batch('FGS', 'i < nb && s0 + i < S', '(((long)r * S + s0 + i) * G + g) * 2', 'ml', 'op + (long)(s0 + i) * (G * VDP / 4)')}
             reinterpret_cast<float4*>(go + ((long)r * NGM + kvq_grp) * G * VDP)[c] = make_float4(ax, ay, az, aw);
             if (4 * c == g * VDP) {{ gml[(((long)r * NGM + kvq_grp) * G + g) * 2] = M; gml[(((long)r * NGM + kvq_grp) * G + g) * 2 + 1] = L; }}
         }}
@@ -800,39 +810,16 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     if (kvq_last) {{   // the last group's merger: the row's groups
         __threadfence();
         constexpr int VDP = {VDP};
-        float* const wt = sc;                    // G x NGM group weights
-        float* const xs = sc + G * NGM;          // G x VDP outputs
-        for (int g = warp; g < G; g += {_NW}) {{
-            float m = KVQ_NEG_INF;
-            for (int s = lane; s < kvq_ngr; s += 32) m = KVQ_MAX(m, __ldcg(gml + (((long)r * NGM + s) * G + g) * 2));
-            for (int off = 16; off > 0; off >>= 1) m = KVQ_MAX(m, KVQ_SHFL(m, off));
-            const float M0 = m == KVQ_NEG_INF ? 0.0f : m;
-            float l = 0.0f;
-            for (int s = lane; s < kvq_ngr; s += 32) {{
-                const long a = (((long)r * NGM + s) * G + g) * 2;
-                const float ms = __ldcg(gml + a);
-                const float w = ms == KVQ_NEG_INF ? 0.0f : KVQ_EXP(ms - M0);
-                wt[g * NGM + s] = w;
-                if (w != 0.0f) l += w * __ldcg(gml + a + 1);
-            }}
-            for (int off = 16; off > 0; off >>= 1) l += KVQ_SHFL(l, off);
-            if (lane == 0) {{ stat[2 * g] = l; stat[2 * g + 1] = M0; }}
-        }}
-        KVQ_SYNC();
-        for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: 16-byte loads, 8 groups in flight
+        float* const xs = sc + G * NGM;          // G x VDP outputs (the first G x NGM floats of `sc` left free: `_fold_ok`'s fit, and so the calls that fold and the tokens a cache stages, as timed)
+        for (int c = tid; c < G * VDP / 4; c += {NT}) {{   // 4 coordinates of one head per thread: the groups' (max, sum) and outputs in one batch of loads
             const int g = 4 * c / VDP;
             const float4* const op = reinterpret_cast<const float4*>(go + (long)r * NGM * G * VDP) + c;
-            const float* const wg = wt + g * NGM;
-            float ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
-            #pragma unroll 8
-            for (int s = 0; s < kvq_ngr; ++s) {{
-                const float4 v = __ldcg(op + (long)s * (G * VDP / 4));
-                const float w = wg[s];
-                const bool on = w != 0.0f;       // a chunk of weight 0 (every token masked) may hold anything
-                ax += on ? w * v.x : 0.0f; ay += on ? w * v.y : 0.0f; az += on ? w * v.z : 0.0f; aw += on ? w * v.w : 0.0f;
-            }}
-            const float L = stat[2 * g], iL = L > 0.0f ? 1.0f / L : 0.0f;
+            float M = KVQ_NEG_INF, L = 0.0f, ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
+            for (int s0 = 0; s0 < kvq_ngr; s0 += {_final_batch()})
+{_merge_batch(_final_batch(), 's0 + i < kvq_ngr', '(((long)r * NGM + s0 + i) * G + g) * 2', 'gml', 'op + (long)(s0 + i) * (G * VDP / 4)')}
+            const float iL = L > 0.0f ? 1.0f / L : 0.0f;
             xs[4 * c] = ax * iL; xs[4 * c + 1] = ay * iL; xs[4 * c + 2] = az * iL; xs[4 * c + 3] = aw * iL;
+            if (4 * c == g * VDP) {{ stat[2 * g] = L; stat[2 * g + 1] = M == KVQ_NEG_INF ? 0.0f : M; }}   // the row's sum and max, for staged tokens (`_tail_source`)
         }}
         KVQ_SYNC();
 """

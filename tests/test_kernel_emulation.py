@@ -163,8 +163,9 @@ def test_two_level_merge(monkeypatch):
         assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), fgs
     monkeypatch.setattr(AK, 'FGS', 2)
     orig = AK._fold_source
-    for a, b in (('for (int i = 0; i < FGS; ++i) {   // the group', 'for (int i = 1; i < FGS; ++i) {   // the group'),
-                 ('for (int s = 0; s < kvq_ngr; ++s)', 'for (int s = 1; s < kvq_ngr; ++s)')):
+    last = f'for (int i = 0; i < {AK._final_batch()}; ++i) {{   // the batch'   # the final merger's batch of groups
+    for a, b in (('for (int i = 0; i < FGS; ++i) {   // the batch', 'for (int i = 1; i < FGS; ++i) {   // the batch'),
+                 (last, last.replace('i = 0', 'i = 1'))):
         monkeypatch.setattr(AK, '_fold_source', lambda *x, a=a, b=b: orig(*x).replace(a, b))
         assert a in orig(128, 'rot') and not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2, a
     monkeypatch.setattr(AK, '_fold_source', orig)
