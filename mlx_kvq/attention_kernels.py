@@ -11,10 +11,10 @@ import re, threading
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'MMA', 'TPK', 'TPV',
-           'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH', 'WAVE',
-           'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT', 'REP',
-           'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
+__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA', 'TPK',
+           'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH',
+           'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT',
+           'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
            'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -557,7 +557,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -582,6 +582,7 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
 FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials). H200, 2026-11-30, Gemma's shape (`bench/h200_20261130h/fgs/`): FGS=8 / 4 moved the decode kernel's mean by -1.8% / +1.3% (turbo:4, 131K), +0.4% / +1.0% (cal:5,4, 131K), -3.1% / +4.8% (turbo:4, 32K)
+FB1 = 0                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). 0 timed on an H200 on 2026-11-30 (`bench/h200_20261130i/fmerge/`); 8 compiles with fewer spills (`bench/cuda_registers.py --fold`: none in the d128 kernels' token loops, where `affine:4` has one at 0), not timed
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
@@ -777,6 +778,9 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     counter run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key
     dim, stage capacity, key spec, value spec, write): the staged tokens, quantized in the kernel, merged in before the
     finish (`_tail_source`)."""
+    h = 'h + ' if 0 < FB1 < FGS else ''   # FB1: the group's partials in batches of FB1 (partial h + i of slot s0)
+    group_merge = ("            for (int s0 = b0; s0 < S; s0 += KVQ_GX)" + (f" for (int h = 0; h < FGS; h += {FB1})" if h else "") + "\n" +
+                   _merge_batch(FB1 if h else 'FGS', f'{h}i < nb && s0 + {h}i < S', f'(((long)r * S + s0 + {h}i) * G + g) * 2', 'ml', f'op + (long)(s0 + {h}i) * (G * VDP / 4)'))
     src = f"""
     // ---- finish (the decode kernel's own combine): the last block of each group of FGS merges the group's partials, the last group's merger the row's groups (KVQ_GX, NGM, FGS: `_scratch_source`)
     __threadfence();
@@ -797,8 +801,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
             const int g = 4 * c / VDP;
             const float4* const op = reinterpret_cast<const float4*>(o + (long)r * S * G * VDP) + c;
             float M = KVQ_NEG_INF, L = 0.0f, ax = 0.0f, ay = 0.0f, az = 0.0f, aw = 0.0f;
-            for (int s0 = b0; s0 < S; s0 += KVQ_GX)
-{_merge_batch('FGS', 'i < nb && s0 + i < S', '(((long)r * S + s0 + i) * G + g) * 2', 'ml', 'op + (long)(s0 + i) * (G * VDP / 4)')}
+{group_merge}
             reinterpret_cast<float4*>(go + ((long)r * NGM + kvq_grp) * G * VDP)[c] = make_float4(ax, ay, az, aw);
             if (4 * c == g * VDP) {{ gml[(((long)r * NGM + kvq_grp) * G + g) * 2] = M; gml[(((long)r * NGM + kvq_grp) * G + g) * 2 + 1] = L; }}
         }}

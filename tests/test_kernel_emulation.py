@@ -169,6 +169,15 @@ def test_two_level_merge(monkeypatch):
         monkeypatch.setattr(AK, '_fold_source', lambda *x, a=a, b=b: orig(*x).replace(a, b))
         assert a in orig(128, 'rot') and not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2, a
     monkeypatch.setattr(AK, '_fold_source', orig)
+    monkeypatch.setattr(AK, 'FB1', 8)   # a group's partials in batches of 8 (FB1), 3,000 tokens: 24 blocks a row, 2 batches in a group of 16, 3 in one of 64
+    for fgs in (16, 64):
+        monkeypatch.setattr(AK, 'FGS', fgs)
+        assert 'for (int h = 0; h < FGS; h += 8)' in AK._fold_source(128, 'rot')
+        assert E.check_final(kc, vc, B, Hkv, G, D, 3000, False, fold=True) <= E.final_tolerance(kc, vc, G, D), fgs
+    carry = 'L *= cf; ax *= cf;'   # not vacuous: the earlier batches' sums not carried onto a new max are caught
+    monkeypatch.setattr(AK, '_fold_source', lambda *x: orig(*x).replace(carry, 'L *= 1.0f; ax *= 1.0f;'))
+    assert carry in orig(128, 'rot') and not E.check_final(kc, vc, B, Hkv, G, D, 3000, False, fold=True) <= 1e-2
+    monkeypatch.setattr(AK, '_fold_source', orig)
 
 def test_block_merge_only_for_narrow_values():
     "`BMERGE` (values carried across a block's chunks) only where the values have at most BMERGE_VNS 32-dim slices: at d256 the carried accumulators spilled in the key loop"
