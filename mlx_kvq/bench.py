@@ -252,9 +252,10 @@ def bench_header(*, model=None, n_heads=32, n_kv_heads=8, head_dim=128, dtype=No
     dtype = dtype or (mx.float16 if mx.default_device() == mx.gpu else mx.float32)
     what = f"model {model}" if model is not None else f"one layer, {n_heads} query / {n_kv_heads} KV heads, head dim {head_dim}"
     blas = " + OpenBLAS" if OPENBLAS in os.environ.get("LD_PRELOAD", "") else ""
+    kind = "serial calls (each on the previous one's output)" if serial else "calls"
     return (f"{what}, {str(dtype).split('.')[-1]}; {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
             f"MLX {mx.__version__} {'GPU' if mx.default_device() == mx.gpu else 'CPU'}{blas}; median of {repeats} x "
-            f"{calls} {'serial calls (each on the previous one' + chr(39) + 's output)' if serial else 'calls'} per eval{f', {rounds} alternating rounds (medians)' if rounds > 1 else ''}; {datetime.date.today().isoformat()}")
+            f"{calls} {kind} per eval{f', {rounds} alternating rounds (medians)' if rounds > 1 else ''}; {datetime.date.today().isoformat()}")
 
 # %% ../nbs/11b_bench.ipynb #e199674f
 MODEL_SHAPES = {   # mlx-lm ModelArgs of public model shapes (random weights): llama, gemma3_text (sliding-window layers), tiny ones for tests
@@ -391,7 +392,7 @@ def _bench_arguments(p: argparse.ArgumentParser):
                    help="dtype of keys, values, queries and fp16 caches; auto: float16 on a GPU, float32 on CPU (default: auto)")
     p.add_argument("--kv-group-size", type=_positive_int, default=64, metavar="G", help="affine group size (default: %(default)s)")
     p.add_argument("--calls", type=_positive_int, default=8, metavar="N",
-                   help="independent attention calls per timed mx.eval (default: %(default)s)")
+                   help="attention calls per timed mx.eval, independent unless --serial (default: %(default)s)")
     p.add_argument("--serial", action="store_true",
                    help="each call takes the previous call's output as its queries, so that no call runs beside another "
                         "(a model's layers run one after another); default: independent calls, which a GPU may overlap")
