@@ -4,7 +4,7 @@ outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H
 
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12   # NVIDIA's wheels, no GPU needed
     python3 bench/cuda_registers.py [--arch sm_90] [--sass] [--loops] [--set NAME=VALUE ...]
-    # --sass: + pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; --loops: the instructions of each token loop
+    # --sass: + pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; --loops: the instructions of each token loop (and its spill loads / stores)
     # (a backward branch around tensor-core products: the tile loops); --set: kernel knobs, e.g. --set LEAN=False
 
 Prints one line per configuration, e.g. `turbo:4 G4 D128 (final): 72 registers, 0 bytes spilled, 35040 bytes smem`.
@@ -158,4 +158,5 @@ if __name__ == '__main__':
               f"({'tensor-core' if AK.MMA and AK._mma_ok(kp, vp, G) else 'SIMT'} kernel; {args.arch})")
         if args.sass or args.loops: print(f"    SASS: {sum(got[3].values())} instructions; " + ', '.join(f'{k} {v}' for k, v in got[3].most_common(14)))
         if args.loops:
-            for a, n, c in loops(got[4])[:2]: print(f"    loop at {a:#x} ({'scores: stores them' if c['STS'] else 'values'}): {n} instructions; " + ', '.join(f'{k} {v}' for k, v in c.most_common(10)))
+            for a, n, c in loops(got[4])[:2]: print(f"    loop at {a:#x} ({'scores: stores them' if c['STS'] else 'values'}): {n} instructions; " + ', '.join(f'{k} {v}' for k, v in c.most_common(10))
+                                                    + f"; spill loads / stores (LDL / STL) {c['LDL']} / {c['STL']}")

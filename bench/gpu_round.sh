@@ -103,6 +103,9 @@ ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at
       --section SpeedOfLight python3 bench/ncu_decode.py $s ${CTX:-131072} $k ${NCUFLAGS:-} 2>&1 | grep -E "^    Duration" | awk '{print $NF}' | tr '\n' ' ')
     echo "$s ${CTX:-131072} $k${NCU_CC:+ (caches $NCU_CC)}: duration us $d" | tee -a "$f"; done; done
 }
+bench_split() {   # bench_split FILE: per row of an mlx-kvq bench --json FILE, us per call of build / submit / the rest / submit + the rest (the GPU's part once many calls share an evaluation)
+  python3 -c "import json, sys; [print(r['scheme'], 'build / submit / rest / submit+rest us per call:', *(round(1e3 * x, 1) for x in (r['build_ms'], r['submit_ms'], r['ms'] - r['build_ms'] - r['submit_ms'], r['ms'] - r['build_ms']))) for r in json.load(open(sys.argv[1]))['rows']]" "$1"
+}
 checks_with() {   # checks_with KNOBS CASES SCHEME...: check_fused_cuda's check section (CASES: its --cases regex, empty for all) and the decode steps of SCHEMEs, in parallel with KVQ_KNOBS=KNOBS, each cut at 320 s; their last lines
   local kn=$1 cs=$2; shift 2
   mkdir -p "$O/check" "$O/steps"
@@ -325,11 +328,11 @@ case $part in
   split) nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 50 > "$O/smi.csv" 2>&1 & smi=$!   # the SM clock while the calls run: a kernel bound by its own chains slows with it, fp16's memory-bound one hardly
          for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # one call at 131K as build / submit / the rest (mlx-kvq bench's columns; 2026-11-30: the rest 103-104 us a call for 72-80 us kernels, fp16 142 for 139): with CUDA graphs off, without the fold (no counter chain between calls), 8 and 32 calls an evaluation (about 5 min)
            for n in 8 32; do f="$O/split_${v//[^A-Za-z0-9]/_}_$n"; env $v timeout 90 python3 bench/kvq_knobs.py bench --kv fp16 turbo:4 affine:4 --context 131072 --calls $n --repeats 5 --rounds 2 --json "$f.json" > "$f.log" 2>&1
-             echo "${v:-default} calls $n"; python3 -c "import json, sys; [print(r['scheme'], 'build / submit / rest us per call:', *(round(x, 1) for x in (1e3 * r['build_ms'], 1e3 * r['submit_ms'], 1e3 * (r['ms'] - r['build_ms'] - r['submit_ms'])))) for r in json.load(open(sys.argv[1]))['rows']]" "$f.json"; done; done
+             echo "${v:-default} calls $n"; bench_split "$f.json"; done; done
          kill $smi; cut -d, -f2 "$O/smi.csv" | sort | uniq -c | sort -rn | head -5 ;;
   stream) for v in "" "MLX_USE_CUDA_GRAPHS=0" "KVQ_KNOBS=FOLD=0"; do   # the GPU's rate over many calls: 128 calls an evaluation, so submit + the rest per call is the GPU's time per call in the stream (the first launch's delay spread over 128), to set against the kernels' Nsight Compute durations (about 4 min)
            f="$O/stream_${v//[^A-Za-z0-9]/_}"; env $v timeout 150 python3 bench/kvq_knobs.py bench --kv fp16 turbo:4 affine:4 --context 131072 --calls 128 --repeats 3 --rounds 3 --json "$f.json" > "$f.log" 2>&1
-           echo "${v:-default} calls 128"; python3 -c "import json, sys; [print(r['scheme'], 'build / submit / rest / submit+rest us per call:', *(round(x, 1) for x in (1e3 * r['build_ms'], 1e3 * r['submit_ms'], 1e3 * (r['ms'] - r['build_ms'] - r['submit_ms']), 1e3 * (r['ms'] - r['build_ms'])))) for r in json.load(open(sys.argv[1]))['rows']]" "$f.json"; done
+           echo "${v:-default} calls 128"; bench_split "$f.json"; done
          NCU_LIMIT=200 NCU_CALLS=2 SCHEMES="fp16 turbo:4 affine:4" TLARGS="--heads 32 --kv-heads 8 --head-dim 128" bash "$0" timeline "$O" | grep -v "^==" | head -60 ;;   # then every kernel of 2 calls per scheme, issue's shape, under Nsight Compute
   foldncu) for line in "issue 131072 turbo:4" "issue 131072 affine:4" "gemma 131072 turbo:4"; do for k in FOLD=256 FOLD=0; do set -- $line; flag=; [ $1 = gemma ] && flag=--gemma   # every mlx_kvq kernel of a call with the fold (the decode kernel merges) and without (decode + combine kernels) under Nsight Compute at 131K: duration, elapsed and SM-active cycles (about 4 min)
            timeout 100 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --kernel-name "regex:mlx_kvq_decode" --launch-skip 6 --launch-count 4 --section SpeedOfLight python3 bench/ncu_decode.py $3 $2 $flag $k > "$O/ncu_$1_${3//[^a-z0-9]/_}_${k//=/_}.txt" 2>&1

@@ -582,7 +582,7 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
 FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials). H200, 2026-11-30, Gemma's shape (`bench/h200_20261130h/fgs/`): FGS=8 / 4 moved the decode kernel's mean by -1.8% / +1.3% (turbo:4, 131K), +0.4% / +1.0% (cal:5,4, 131K), -3.1% / +4.8% (turbo:4, 32K)
-FB1 = 0                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). 0 timed on an H200 on 2026-11-30 (`bench/h200_20261130i/fmerge/`); 8 compiles with fewer spills (`bench/cuda_registers.py --fold`: none in the d128 kernels' token loops, where `affine:4` has one at 0), not timed
+FB1 = 0                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). 0 timed on an H200 on 2026-11-30 (`bench/h200_20261130i/fmerge/`); 8 compiles with fewer spills (`python3 bench/cuda_registers.py --fold --unmasked --loops --set FB1=8`: none in the d128 kernels' token loops, where `affine:4` has one at 0), not timed
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
