@@ -15,7 +15,7 @@ __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS
            'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH',
            'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT',
            'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
-           'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'scratch_floats', 'dynamic_shared_bytes']
+           'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'PARK', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -557,7 +557,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -582,7 +582,7 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
 FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials). H200, 2026-11-30, Gemma's shape (`bench/h200_20261130h/fgs/`): FGS=8 / 4 moved the decode kernel's mean by -1.8% / +1.3% (turbo:4, 131K), +0.4% / +1.0% (cal:5,4, 131K), -3.1% / +4.8% (turbo:4, 32K)
-FB1 = 0                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). 0 timed on an H200 on 2026-11-30 (`bench/h200_20261130i/fmerge/`); 8 compiles with fewer spills (`python3 bench/cuda_registers.py --fold --unmasked --loops --set FB1=8`: none in the d128 kernels' token loops, where `affine:4` has one at 0), not timed
+FB1 = 8                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). H200, 2026-11-30, Nsight Compute, 131K, issue's shape, against 0 (`bench/h200_20261130j/fb1/`): the kernels' mean times turbo:4 -1.3%, affine:4 -3.4%, affine:8,4 -3.3%; Gemma's shape turbo:4 +0.9% (within the runs' spread), auto:5's codecs -3.2%, cal:5,4 +0.4%; fewer spills (`python3 bench/cuda_registers.py --fold --unmasked --loops`: none in the d128 kernels' token loops)
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
@@ -1502,13 +1502,13 @@ def _vlo_words(vplan):
     "Words of the values' low-part pair table (`_vtlo`, bands of tables with <= 4 bits: the pair table's layout), 0 if none"
     return _luts(vplan)[1] if _vtlo(vplan) and any(b.table is not None and b.bits <= 4 for b in vplan.bands) else 0
 
-def _lean_rep(kplan, vplan, G, staged=0):
+def _lean_rep(kplan, vplan, G, staged=0, park=0):
     """Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async
     stages included; at most REP), 0 if not even one: within the static limit, or with DYNLUT (tables in dynamic shared
     memory) within DYN_BUDGET for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G)   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
+    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * NT * park + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G)   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
@@ -2008,6 +2008,20 @@ def _warp_softmax(MT=None, vp=False, zacc=False):
 """
 
 BMERGE_VNS = 4           # BMERGE only where the values have at most this many 32-dim slices: the carried value accumulators (2 x 4 floats a slice) live through the next chunk's key loop, and at head dim 256 (8 slices) the folded turbo:4 kernel spilled 352 bytes, 64 local loads an iteration of that loop (`bench/cuda_registers.py --fold`), 16 bytes without BMERGE
+PARK = False             # BMERGE kernels: the value accumulators the block's chunks share parked in shared memory through each chunk's key loop (stored before it, loaded back before the softmax rescales them), so they hold no registers there. Offline (`python3 bench/cuda_registers.py --fold --unmasked --loops --set PARK=True --set LB=5 --set PF=1 --set CH_MAX=800 --set WAVE=660`): compiled for 5 blocks an SM (96 registers) the unmasked d128 kernels' score loops have 0-1 spill loads with it against 4-42 without (turbo:4 4, turbo:3 7, affine:4 11, affine:8,4 42: the carried accumulators are what spills there), their value loops 0 (turbo:4) to 10 (affine:4) against 0-1; not timed on a GPU (`bash bench/gpu_round.sh lbpark`)
+
+def _park_floats(vplan, G, carry):
+    "Floats each thread parks (`PARK`, BMERGE kernels only): its value accumulators (4 per 16-dim tile) and VSCB's biases' accumulator; 0 otherwise"
+    if not (PARK and carry): return 0
+    return 4 * 2 * sum(_side_layout(vplan)[0]) + (4 if _vscb(vplan, G) else 0)
+
+def _park(n, store, base='park', off=0):
+    """Source: a thread's `n` parked floats stored from (`store`) or loaded into its accumulators, float i of thread t at
+    base[off + i * NT + t] (no bank conflicts): with DYNLUT the start of the dynamic shared memory, before the tables
+    (a static array would push a block over 48 KB past the dynamic request's rule, `_dyn_request`)"""
+    z = 4 * (n % 8 != 0)   # VSCB's biases' accumulator: 4 floats past the accumulators' 8 a 32-dim slice
+    names = [f"acc[{m}][{e}]" for m in range((n - z) // 4) for e in range(4)] + [f"zacc[{e}]" for e in range(z)]
+    return ' '.join((f"{base}[{off + k * NT} + tid] = {nm};" if store else f"{nm} = {base}[{off + k * NT} + tid];") for k, nm in enumerate(names))
 
 def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
     "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax, values of at most BMERGE_VNS slices"
@@ -2058,8 +2072,9 @@ def _warp_sums(acc_out, slab_out, VNS, G, slot='sp', count='S'):
 def _lean_body(kplan, vplan, G, qprep, carry=False):
     "The tensor-core kernel with the lean loops (`carry`: each block's chunks merged into one partial, `BMERGE`)"
     _STAGED.clear(); _STAGED.update(_stage_sides(kplan, vplan))
-    rep = _lean_rep(kplan, vplan, G, _stage_bytes(kplan, vplan)) if _STAGED else 0
-    if not rep: _STAGED.clear(); rep = max(1, _lean_rep(kplan, vplan, G))   # stages that do not fit: none
+    pk = _park_floats(vplan, G, carry)
+    rep = _lean_rep(kplan, vplan, G, _stage_bytes(kplan, vplan), pk) if _STAGED else 0
+    if not rep: _STAGED.clear(); rep = max(1, _lean_rep(kplan, vplan, G, park=pk))   # stages that do not fit: none
     try: return _lean_source(kplan, vplan, G, qprep, rep, _lut_shared(kplan, vplan), carry)
     finally: _STAGED.clear()
 
@@ -2068,15 +2083,18 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     KNS, VNS = sum(ksl), sum(vsl)
     kloff, KL = _luts(kplan); vloff, VL = _luts(vplan)
     wsm = _wsm_ok(VNS, G)   # (`carry` only where `_bmerge_ok`, which implies it)
+    pk = _park_floats(vplan, G, carry)
     luts = f"KVQ_SHARED float wst[{_NW * 2 * G}];\n    " if wsm else ''
+    if pk and not DYNLUT: luts += f"KVQ_SHARED float park[{pk * NT}];   // PARK: the accumulators through the key loops\n    "
     ai = _aint8(kplan, G)
     if ai: luts += f"KVQ_SHARED float qfx[{4 * G}];\n    KVQ_SHARED uint32_t qbw[{32 * (ai[0] // 2)}];\n    "
     VLL = _vlo_words(vplan)   # the values' low-part pair table (VTLO)
     tw = rep * ((KL if share else KL + VL) + VLL)   # the pair tables' words
     if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
-        luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn;\n    "
-                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {KL * rep};")
-                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {(KL if share else KL + VL) * rep};" if VLL else ""))
+        d0 = pk * NT   # PARK's floats first (`_park`)
+        luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G + d0), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn{f' + {d0}' if d0 else ''};\n    "
+                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {d0 + KL * rep};")
+                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {d0 + (KL if share else KL + VL) * rep};" if VLL else ""))
     else: luts += (f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
                    + (f"\n    KVQ_SHARED uint32_t vlutl[{VLL * rep}];" if VLL else ""))
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
@@ -2084,7 +2102,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
     VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
     if VHL: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"; fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s')
-    head = _mma_head(G, KNS, VNS, tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
+    head = _mma_head(G, KNS, VNS, pk * NT + tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}
@@ -2096,13 +2114,14 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
         acc, vpro, loop, sums = _lean_values(vplan, G, rep, True)
         vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
         MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
+        pkat = ('reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park', 0)   # where PARK's floats are
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
     for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
+    {('{ ' + _park(pk, True, *pkat) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
+{('    { ' + _park(pk, False, *pkat) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

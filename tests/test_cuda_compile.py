@@ -217,3 +217,33 @@ def test_d256_value_pack_in_few_block_kernels(monkeypatch):
     assert 'bp0' in AK._decode_source(kp, vp, 4, 'cuda', 'rot', fold='rot', lb=2) and 'bp0' not in AK._decode_source(kp, vp, 4, 'cuda', 'rot', fold='rot')
     (regs, spill, smem), fin = CR.compile_decode(kp, vp, 4, True, lb=2)
     assert fin == 'rot' and spill == 0, spill
+
+def test_parked_accumulators_shared_memory(monkeypatch):
+    """`PARK`'s buffer (the carried value accumulators of every thread, in the dynamic shared memory after the score
+    buffer, so that the static part stays small) counts in the block's shared memory: the folded
+    d128 kernels that carry accumulators (BMERGE) stay within DYN_BUDGET and the dynamic request's rule of
+    `test_dynamic_shared_memory_launches` with it on (turbo:4's pair tables then 16 copies where 32 fit without). And it
+    is what it is for: compiled for 5 blocks an SM (96 registers, one tile of loads in flight), the turbo:4 kernel's
+    score loop has fewer spill loads with the accumulators parked than without (0 against 5 with this NVRTC / ptxas,
+    `bench/h200_20261130j/README.md`)"""
+    monkeypatch.setattr(AK, 'PARK', True)
+    for name, kc, vc, G, D in [c for c in CASES if c[0] in ('turbo:4', 'affine:8,4')]:
+        kp, vp = side_plan(kc, D), side_plan(vc, D)
+        assert AK._bmerge_ok(kp, vp, G), name
+        src = AK._decode_source(kp, vp, G, 'cuda', _finish_kind(kp), fold=_finish_kind(vp))
+        assert 'PARK: back' in src, name
+        dyn = AK.dynamic_shared_bytes(src)
+        (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True)
+        assert dyn >= 4 * (AK.NT * AK._park_floats(vp, G, True) + AK._chmax(G) * G) and smem + dyn <= AK.DYN_BUDGET and (smem + dyn <= 48 * 1024 or dyn > 48000), (name, smem, dyn)
+    _, kc, vc, G, D = CASES[0]
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    assert AK._lean_rep(kp, vp, G, park=AK._park_floats(vp, G, True)) == 16 and AK._lean_rep(kp, vp, G) == 32
+    for k, v in dict(LB=5, PF=1, CH_MAX=800, WAVE=660).items(): monkeypatch.setattr(AK, k, v)
+    ldl = {}
+    for park in (True, False):
+        monkeypatch.setattr(AK, 'PARK', park)
+        got, _ = CR.compile_decode(kp, vp, G, True, sass=True)
+        score = [c for a, n, c in CR.loops(got[4]) if c['STS']]
+        assert got[0] <= 96 and score, (park, got[:3])
+        ldl[park] = score[0]['LDL']
+    assert ldl[True] < ldl[False], ldl

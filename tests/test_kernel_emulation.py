@@ -158,6 +158,7 @@ def test_two_level_merge(monkeypatch):
     a group merger that skips its group's first partial, or a final merger that skips the first group, is caught"""
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     monkeypatch.setattr(AK, 'BLOCKS', 64); monkeypatch.setattr(AK, 'LPCH_MIN', 0)   # several chunks and blocks a row
+    monkeypatch.setattr(AK, 'FB1', 0)   # each group's partials in one batch (the default, FB1 = 8, below)
     for fgs in (1, 2, 3, 64):
         monkeypatch.setattr(AK, 'FGS', fgs)
         assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D), fgs
@@ -169,7 +170,7 @@ def test_two_level_merge(monkeypatch):
         monkeypatch.setattr(AK, '_fold_source', lambda *x, a=a, b=b: orig(*x).replace(a, b))
         assert a in orig(128, 'rot') and not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2, a
     monkeypatch.setattr(AK, '_fold_source', orig)
-    monkeypatch.setattr(AK, 'FB1', 8)   # a group's partials in batches of 8 (FB1), 3,000 tokens: 24 blocks a row, 2 batches in a group of 16, 3 in one of 64
+    monkeypatch.setattr(AK, 'FB1', 8)   # the default: a group's partials in batches of 8 (FB1), 3,000 tokens: 24 blocks a row, 2 batches in a group of 16, 3 in one of 64
     for fgs in (16, 64):
         monkeypatch.setattr(AK, 'FGS', fgs)
         assert 'for (int h = 0; h < FGS; h += 8)' in AK._fold_source(128, 'rot')
@@ -857,6 +858,42 @@ def test_affine_value_scales_in_the_weights(monkeypatch):
         monkeypatch.setattr(AK, '_lean_values', wrong)
         assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2, old
     monkeypatch.setattr(AK, '_lean_values', lv)
+
+def test_parked_accumulators(monkeypatch):
+    """`PARK` (off until timed on a GPU): a block carrying its softmax over 2-3 chunks (BMERGE) parks its value
+    accumulators in shared memory through each chunk's key loop and loads them back before the softmax rescales them:
+    the same attention as the reference for a turbo pair, affine 8/4 bits (VSCB: the biases' accumulator parked too) and
+    a calibrated pair, masked and not; the parked floats in static shared memory too (DYNLUT off). Not vacuous: a park that skips its stores (the loads then give what an earlier
+    chunk left, or nothing) and one that leaves VSCB's biases out are caught"""
+    monkeypatch.setattr(AK, 'PARK', True); monkeypatch.setattr(AK, 'LPCH_MIN', 0)
+    cases = [c for c in FINAL if c[0] in ('turbo:4', 'affine:8,4', 'calibrated 5o/4o')]
+    assert len(cases) == 3
+    for lpch, (name, kc, vc, B, Hkv, G, D, n) in zip((2, 3, 2), cases):
+        kc, vc = _pair(kc, vc, D)
+        monkeypatch.setattr(AK, 'LPCH', lpch)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+        pk = AK._park_floats(vp, G, True)
+        assert AK._bmerge_ok(kp, vp, G) and f'reinterpret_cast<float*>(kvq_dyn)[{AK.NT} + tid]' in src and 'PARK: back' in src, name   # first in the dynamic shared memory (DYNLUT)
+        assert pk == 8 * sum(AK._side_layout(vp)[0]) + 4 * bool(AK._vscb(vp, G)), name
+        for masked in (False, True):
+            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
+    monkeypatch.setattr(AK, 'DYNLUT', False)   # the tables and the parked floats in static shared memory
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    assert f'KVQ_SHARED float park[{AK._park_floats(A.side_plan(vc, D), G, True) * AK.NT}];' in AK._decode_source(A.side_plan(kc, D), A.side_plan(vc, D), G, 'cuda', A._finish_kind(A.side_plan(kc, D)), fold=A._finish_kind(A.side_plan(vc, D)))
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, True, fold=True) <= E.final_tolerance(kc, vc, G, D)
+    monkeypatch.setattr(AK, 'DYNLUT', True)
+    orig = AK._park
+    name, kc, vc, B, Hkv, G, D, n = cases[1]   # affine:8,4: accumulators and the biases' one
+    monkeypatch.setattr(AK, 'LPCH', 3)
+    for wrong in (lambda n, store, *at: '' if store else orig(n, store, *at),
+                  lambda n, store, *at: re.sub(r'\S+\[\d+ \+ tid\] = zacc\[\d\];', '', orig(n, store, *at)) if store else orig(n, store, *at)):
+        monkeypatch.setattr(AK, '_park', wrong)
+        assert wrong(12, True, 'p') != orig(12, True, 'p')   # (the mutation applies)
+        assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
+    monkeypatch.setattr(AK, '_park', orig)
+    monkeypatch.setattr(AK, 'PARK', False)
+    assert 'PARK' not in AK._decode_source(*[A.side_plan(c, D) for c in (kc, vc)], G, 'cuda', A._finish_kind(A.side_plan(kc, D)), fold=A._finish_kind(A.side_plan(vc, D)))
 
 def test_mask_known_at_compile_time(monkeypatch):
     """`MASKC` (on by default since it was timed on an H200, 2026-11-30): the tensor-core kernels take whether a call has a mask from the
