@@ -14,8 +14,8 @@ from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   
 __all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA', 'TPK',
            'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH',
            'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT',
-           'REP', 'DYNLUT', 'DYN_BUDGET', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB', 'PF_WORDS', 'AINT8',
-           'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'PARK', 'scratch_floats', 'dynamic_shared_bytes']
+           'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
+           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'PARK', 'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -1450,6 +1450,13 @@ REP = 32                 # copies of each pair table (lane l reads copy l % REP:
 
 DYNLUT = True            # CUDA lean loops: the pair tables in dynamic shared memory (MLX's `shared_memory`), so that REP copies (no bank conflicts) fit beside 1024-token chunks' score buffers: the static 46 KB held 16 copies (two-way conflicts on every lookup of 4-bit codes, `bench/h200_20261128e/`)
 DYN_BUDGET = 56 * 1024   # DYNLUT: shared bytes per block, static and dynamic: 4 resident blocks (LB) of an H100 / H200 SM (228 KB, 1 KB of it reserved per block); under 64 KB, which any sm_80+ GPU gives a block
+SM_SHARED = 228 * 1024   # shared memory of an H100 / H200 SM, of which each resident block also takes 1 KB
+
+def _dyn_budget():
+    """DYN_BUDGET, or less for a kernel compiled for more resident blocks an SM than that budget allows (`_GEN.lb`, e.g.
+    LB = 5: 44.6 KB a block), so that its pair-table copies shrink to fit rather than the SM holding fewer blocks"""
+    lb = getattr(_GEN, 'lb', LB)
+    return min(DYN_BUDGET, SM_SHARED // lb - 1024) if lb else DYN_BUDGET
 VPRO = True              # folded lean kernels with BMERGE: a chunk's first PF value tiles loaded before the warp's softmax, not after it (the value loop then starts on loads in flight since the score loop ended)
 IL4 = True               # lean value loop, 4-bit code-table (turbo) bands: the codes of a thread's token pairs interleaved once per tile (two shifts and selects per word), so each pair-table lookup gives a tensor-core fragment register directly, with no byte permutes of looked-up pairs (False: the permutes)
 RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine scales and biases) prefetched as the stored 16- or 32-bit values and converted to float where the tile is computed; False: converted where loaded, which makes the warp wait for the load there (H200, 131K, turbo:4: ~20% of the decode kernel's stall samples on those conversions, `bench/h200_20261128e/`)
@@ -1505,12 +1512,12 @@ def _vlo_words(vplan):
 def _lean_rep(kplan, vplan, G, staged=0, park=0):
     """Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async
     stages included; at most REP), 0 if not even one: within the static limit, or with DYNLUT (tables in dynamic shared
-    memory) within DYN_BUDGET for the whole block"""
+    memory) within `_dyn_budget()` for the whole block"""
     KL, VL = _luts(kplan)[1], _luts(vplan)[1]
     L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
     base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * NT * park + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G)   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
     rep = max(1, REP)
-    while rep and base + 4 * L * rep > (DYN_BUDGET if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
+    while rep and base + 4 * L * rep > (_dyn_budget() if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
 
 def _dyn_request(need, kplan, vplan, G):

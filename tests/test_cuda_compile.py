@@ -247,3 +247,22 @@ def test_parked_accumulators_shared_memory(monkeypatch):
         assert got[0] <= 96 and score, (park, got[:3])
         ldl[park] = score[0]['LDL']
     assert ldl[True] < ldl[False], ldl
+
+def test_shared_budget_follows_launch_bounds(monkeypatch):
+    """A kernel compiled for more resident blocks an SM than DYN_BUDGET allows (`LB` = 5 / 6) takes fewer pair-table
+    copies so that its block's shared memory, static and dynamic, still fits that many blocks (`_dyn_budget`), with the
+    accumulators parked (`PARK`) too; at 4 and 2 blocks the budget is DYN_BUDGET, as the default kernels were timed with"""
+    _, kc, vc, G, D = CASES[0]
+    kp, vp = side_plan(kc, D), side_plan(vc, D)
+    for park in (False, True):
+        monkeypatch.setattr(AK, 'PARK', park)
+        reps = {}
+        for lb in (2, 4, 5, 6):
+            src = AK._decode_source(kp, vp, G, 'cuda', _finish_kind(kp), fold=_finish_kind(vp), lb=lb)
+            (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, True, lb=lb)
+            total = smem + AK.dynamic_shared_bytes(src)
+            assert total <= min(AK.DYN_BUDGET, AK.SM_SHARED // lb - 1024), (park, lb, total)
+            AK._GEN.lb = lb
+            try: reps[lb] = AK._lean_rep(kp, vp, G, park=AK._park_floats(vp, G, True))
+            finally: del AK._GEN.lb
+        assert reps[2] == reps[4] and reps[5] < reps[4], (park, reps)
