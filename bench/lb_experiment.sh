@@ -6,7 +6,7 @@
 # the shared memory their tables would reserve; turbo:4 keeps 16 copies. H200, 2026-11-30: `bench/h200_20261130j/lb/`.
 O=$1; mkdir -p "$O"
 run() { s=$1; shift; d=$(timeout 100 /usr/local/cuda/bin/ncu --clock-control none --kernel-name "regex:mlx_kvq_decode_[0-9a-f]" --launch-skip 4 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats python3 bench/ncu_decode.py $s 131072 "$@" 2>&1 | grep -E "^    (Duration|Achieved Occupancy|Registers Per|Grid Size)" | awk '{print $NF}' | tr '\n' ' '); echo "$s $*: dur/grid/regs/occ $d" | tee -a "$O/lb.txt"; }
-if [ "${2:-}" = park ]; then   # not yet run: LB = 5 with PARK (BMERGE's accumulators parked in shared memory through the key loop: score loops spill-free offline); turbo:4's pair tables then 8 copies (45.6 KB a block at 5 an SM)
+if [ "${2:-}" = park ]; then   # not yet run: LB = 5 with PARK (BMERGE's accumulators parked in shared memory through the key loop: score loops spill-free offline); turbo:4's pair tables then 8 copies (44.6 KB a block at 5 an SM)
   P5="FB1=8 PARK=True LB=5 CH_MAX=800 WAVE=660"
   run affine:4 FB1=8; run affine:4 $P5 PF=1 REP=1; run affine:4 $P5 PF=2 REP=1
   run turbo:4 FB1=8; run turbo:4 $P5 PF=1 REP=8; run turbo:4 $P5 PF=2 REP=8

@@ -582,7 +582,7 @@ def _chunk(n, R, G):
 # %% ../nbs/03a_attention_kernels.ipynb #521d1bb8
 FOLD = 256               # CUDA: calls over at most FOLD chunks per (row, head) finish the attention in the decode kernel itself (one launch per call instead of two: the last block of each group of FGS merges the group's partials, the last group's merger the row's groups); 0: always the combine kernel
 FGS = 16                 # CUDA fold: blocks per merge group (each group's partials merged by its last block, so no block merges more than max(FGS, FOLD / FGS) partials). H200, 2026-11-30, Gemma's shape (`bench/h200_20261130h/fgs/`): FGS=8 / 4 moved the decode kernel's mean by -1.8% / +1.3% (turbo:4, 131K), +0.4% / +1.0% (cal:5,4, 131K), -3.1% / +4.8% (turbo:4, 32K)
-FB1 = 8                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). H200, 2026-11-30, Nsight Compute, 131K, issue's shape, against 0 (`bench/h200_20261130j/fb1/`): the kernels' mean times turbo:4 -1.3%, affine:4 -3.4%, affine:8,4 -3.3%; Gemma's shape turbo:4 +0.9% (within the runs' spread), auto:5's codecs -3.2%, cal:5,4 +0.4%; fewer spills (`python3 bench/cuda_registers.py --fold --unmasked --loops`: none in the d128 kernels' token loops)
+FB1 = 8                  # CUDA fold: partials a group's merger loads at once (`_merge_batch`; 0: the whole group, FGS). H200, 2026-11-30, Nsight Compute, 131K, issue's shape, against 0 (`bench/h200_20261130j/fb1/`): the kernels' mean times turbo:4 -1.3%, affine:4 -3.4%, affine:8,4 -3.3%; Gemma's shape turbo:4 +1.0% (within the runs' spread), auto:5's codecs -3.2%, cal:5,4 +0.4%; fewer spills (`python3 bench/cuda_registers.py --fold --unmasked --loops`: none in the d128 kernels' token loops)
 
 # one group of an affine side's staged row: `packing._AFFINE_QUANT_CUDA` (MLX's CUDA `mx.quantize` arithmetic, which the
 # affine ring write runs too)
@@ -2022,13 +2022,13 @@ def _park_floats(vplan, G, carry):
     if not (PARK and carry): return 0
     return 4 * 2 * sum(_side_layout(vplan)[0]) + (4 if _vscb(vplan, G) else 0)
 
-def _park(n, store, base='park', off=0):
-    """Source: a thread's `n` parked floats stored from (`store`) or loaded into its accumulators, float i of thread t at
-    base[off + i * NT + t] (no bank conflicts): with DYNLUT the start of the dynamic shared memory, before the tables
-    (a static array would push a block over 48 KB past the dynamic request's rule, `_dyn_request`)"""
-    z = 4 * (n % 8 != 0)   # VSCB's biases' accumulator: 4 floats past the accumulators' 8 a 32-dim slice
-    names = [f"acc[{m}][{e}]" for m in range((n - z) // 4) for e in range(4)] + [f"zacc[{e}]" for e in range(z)]
-    return ' '.join((f"{base}[{off + k * NT} + tid] = {nm};" if store else f"{nm} = {base}[{off + k * NT} + tid];") for k, nm in enumerate(names))
+def _park(MT, zacc, store, base):
+    """Source: a thread's parked floats (`PARK`): its MT x 4 value accumulators, then VSCB's biases' accumulator
+    (`zacc`), stored from (`store`) or loaded into them; float i of thread t at base[i * NT + t] (no bank conflicts). With
+    DYNLUT `base` is the start of the dynamic shared memory, before the tables (a static array would push a block over
+    48 KB past the dynamic request's rule, `_dyn_request`)"""
+    names = [f"acc[{m}][{e}]" for m in range(MT) for e in range(4)] + [f"zacc[{e}]" for e in range(4 * zacc)]
+    return ' '.join((f"{base}[{k * NT} + tid] = {nm};" if store else f"{nm} = {base}[{k * NT} + tid];") for k, nm in enumerate(names))
 
 def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
     "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax, values of at most BMERGE_VNS slices"
@@ -2121,14 +2121,14 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
         acc, vpro, loop, sums = _lean_values(vplan, G, rep, True)
         vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
         MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
-        pkat = ('reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park', 0)   # where PARK's floats are
+        pbase = 'reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park'   # where PARK's floats are
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
     for (int g = 0; g < G; ++g) {{ cm[g] = KVQ_NEG_INF; cl[g] = 0.0f; }}
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {('{ ' + _park(pk, True, *pkat) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{('    { ' + _park(pk, False, *pkat) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
+    {('{ ' + _park(MT, vs, True, pbase) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
+{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}

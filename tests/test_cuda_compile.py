@@ -219,8 +219,8 @@ def test_d256_value_pack_in_few_block_kernels(monkeypatch):
     assert fin == 'rot' and spill == 0, spill
 
 def test_parked_accumulators_shared_memory(monkeypatch):
-    """`PARK`'s buffer (the carried value accumulators of every thread, in the dynamic shared memory after the score
-    buffer, so that the static part stays small) counts in the block's shared memory: the folded
+    """`PARK`'s buffer (the carried value accumulators of every thread, first in the dynamic shared memory, so that the
+    static part stays small) counts in the block's shared memory: the folded
     d128 kernels that carry accumulators (BMERGE) stay within DYN_BUDGET and the dynamic request's rule of
     `test_dynamic_shared_memory_launches` with it on (turbo:4's pair tables then 16 copies where 32 fit without). And it
     is what it is for: compiled for 5 blocks an SM (96 registers, one tile of loads in flight), the turbo:4 kernel's

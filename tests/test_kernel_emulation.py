@@ -886,10 +886,10 @@ def test_parked_accumulators(monkeypatch):
     orig = AK._park
     name, kc, vc, B, Hkv, G, D, n = cases[1]   # affine:8,4: accumulators and the biases' one
     monkeypatch.setattr(AK, 'LPCH', 3)
-    for wrong in (lambda n, store, *at: '' if store else orig(n, store, *at),
-                  lambda n, store, *at: re.sub(r'\S+\[\d+ \+ tid\] = zacc\[\d\];', '', orig(n, store, *at)) if store else orig(n, store, *at)):
+    for wrong in (lambda MT, z, store, base: '' if store else orig(MT, z, store, base),
+                  lambda MT, z, store, base: re.sub(r'\S+\[\d+ \+ tid\] = zacc\[\d\];', '', orig(MT, z, store, base)) if store else orig(MT, z, store, base)):
         monkeypatch.setattr(AK, '_park', wrong)
-        assert wrong(12, True, 'p') != orig(12, True, 'p')   # (the mutation applies)
+        assert wrong(2, True, True, 'p') != orig(2, True, True, 'p')   # (the mutation applies)
         assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
     monkeypatch.setattr(AK, '_park', orig)
     monkeypatch.setattr(AK, 'PARK', False)
