@@ -11,11 +11,12 @@ import re, threading
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
 
 # %% auto #0
-__all__ = ['NT', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA', 'TPK',
-           'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC', 'LPCH',
-           'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK', 'ROT',
-           'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'BMERGE_VNS', 'PARK', 'scratch_floats', 'dynamic_shared_bytes']
+__all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA',
+           'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
+           'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
+           'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
+           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -56,6 +57,13 @@ _PRELUDE = {
 #define KVQ_NEG_INF (-INFINITY)
 #define KVQ_U64 ulong
 """}
+
+FEXP = True              # CUDA: e^x of the softmax (every weight and rescale factor, always of a difference to a running max, x <= 0) by `__expf` (a multiply and the hardware's ex2.approx: 2 instructions; error under 2 + 1.2|x| ulp of float32) instead of `expf` (about 10 with its range reduction and a branch per weight: the warp softmax's weights were 8-15% of the decode kernel's stall samples at 131K, `bench/h200_20261201a/srcprof/`); False: expf
+
+def _prelude(backend):
+    "The backend's macros (`_PRELUDE`), KVQ_EXP by `FEXP` on CUDA"
+    p = _PRELUDE[backend]
+    return p.replace('#define KVQ_EXP(x) expf(x)', '#define KVQ_EXP(x) __expf(x)') if backend == 'cuda' and FEXP else p
 
 def _nslices(n): return -(-n // 32)
 def _pow2(x): return 1 << max(0, (x - 1).bit_length())
@@ -331,7 +339,7 @@ def _simt_source(kplan, vplan, G, backend, qprep=None):
     red_write, red_read = _red_code(backend, GV)
     q4 = backend == 'cuda' and G % 4 == 0
     kb = [_key_band(kplan, i, b, kfirst[i], ktoff[i], G, q4) for i, b in enumerate(kplan.bands)]
-    return _PRELUDE[backend] + f"""
+    return _prelude(backend) + f"""
     constexpr int G = {G}, CHMAX = {CHMAX}, QST = 32 * {G} + 4, U = {U};
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5;
     const int sp = KVQ_BX, r = KVQ_BY;
@@ -420,7 +428,7 @@ def _combine_source(backend, finish=None, Dv=None, VDP=None):
     "'dense': the output's Dv coordinates by the value plan's dense output map `vmap` (VDP, Dv) and mean `vmean` (a calibrated codec's inverse rotations, band order, scales and centering; VDP given: the source is made per VDP)"
     if finish == 'dense' and VDP is None: raise ValueError("the 'dense' combine is made per VDP: pass it")
     if CONLINE: return _combine_online(backend, finish, Dv, VDP)
-    head = _PRELUDE[backend] + f"""
+    head = _prelude(backend) + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
     const int tid = KVQ_TID, NTC = KVQ_NTHREADS, lane = tid & 31, warp = tid >> 5, NW = NTC / 32;
@@ -481,7 +489,7 @@ def _combine_online(backend, finish, Dv=None, VDP=None):
     results are merged by the first group after one barrier (weights exp(mt_k - M)). For 'rot' the inverse transform of
     the VDP outputs is a Walsh-Hadamard transform: its 5 butterfly stages inside a warp by shuffles, the rest (warps
     jw -> iw, sign (-1)^popcount(iw & jw)) from shared memory after one barrier"""
-    src = _PRELUDE[backend] + f"""
+    src = _prelude(backend) + f"""
     const int S = meta[1], VDP = meta[5], G = meta[7];
     const long rg = KVQ_BX;
     const int tid = KVQ_TID, NTC = KVQ_NTHREADS, lane = tid & 31;
@@ -557,7 +565,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -897,7 +905,7 @@ def _qmap_source(backend, D, KDP):
     1/scale, band gather and each band's rotation, as one map): one block per query head of `_qmap_threads(KDP)` threads,
     groups of KDP threads (one per prepared coordinate j) each summing every NSL-th of the D products q[d] qmap[d, j]
     (float32 FMAs), the first group adding the groups' sums and scaling by `qsc` into the decode kernel's `q` (R, G, KDP)"""
-    return _PRELUDE[backend] + f"""
+    return _prelude(backend) + f"""
     const long h = KVQ_BX;
     constexpr int NSL = {_qmap_threads(KDP) // KDP};   // compile-time, with D: a thread's loop unrolls, its loads of `qmap` in flight together
     const int tid = KVQ_TID, sl = tid / {KDP}, j = tid - sl * {KDP};
@@ -1385,8 +1393,8 @@ def _mma_head(G, KNS, VNS, dyn=None):
     partial-output / softmax-statistics buffers. `dyn` (DYNLUT): the words of pair tables that start the block's dynamic
     shared memory `kvq_dyn`, the score buffer placed after them there (its 4 to 16 KB beside 32 table copies pass the
     46 KB a block's static shared memory may hold)"""
-    scd = "KVQ_SHARED float sc[CHMAX * G];" if dyn is None else f"KVQ_DYN_U32(kvq_dyn);\n    float* const sc = reinterpret_cast<float*>(kvq_dyn + {dyn});"
-    return _PRELUDE['cuda'] + _MMA_PRELUDE + f"""
+    scd = "KVQ_SHARED KVQ_ALIGN16 float sc[CHMAX * G];" if dyn is None else f"KVQ_DYN_U32(kvq_dyn);\n    float* const sc = reinterpret_cast<float*>(kvq_dyn + {dyn});"
+    return _prelude('cuda') + _MMA_PRELUDE + f"""
     constexpr int G = {G}, CHMAX = {_chmax(G)}, QST = 32 * {G} + 4;
     const int tid = KVQ_TID, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int r = KVQ_BY;
@@ -1975,13 +1983,33 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-def _warp_softmax(MT=None, vp=False, zacc=False):
+SCV4 = True              # lean loops' warp softmax (`_warp_softmax`), G a multiple of 4: a token's scores read and its weights written as float4 (one 16-byte shared access per 4 heads, no bank conflicts: lanes 0-15 hold 16 consecutive tokens) instead of G 4-byte accesses (four-way conflicts, 57% of the affine:4 kernel's shared wavefronts excess at 131K, `bench/h200_20261201a/srcprof/`); needs the score buffer 16-byte aligned (`_sc4`)
+
+def _sc4(G, dyn):
+    "Whether the warp softmax reads the score buffer as float4 (`SCV4`): G a multiple of 4 and the buffer 16-byte aligned (static: KVQ_ALIGN16; dynamic: its word offset `dyn` a multiple of 4)"
+    return SCV4 and G % 4 == 0 and (dyn is None or dyn % 4 == 0)
+
+def _softmax_pass(w, v4):
+    """Source: the warp softmax's loop body over one token t's G scores: the running maxima m[g] (w None) or the
+    weights e^(s - w[g]) written back and summed into l[g]; `v4` (`_sc4`): four heads a float4"""
+    if not v4:
+        if w is None: return "for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]);"
+        return f"for (int g = 0; g < G; ++g) {{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}"
+    xs = 'xyzw'
+    if w is None:
+        return ("for (int g = 0; g < G; g += 4) { const float4 s4 = *reinterpret_cast<const float4*>(sc + t * G + g); "
+                + ' '.join(f"m[g + {k}] = KVQ_MAX(m[g + {k}], s4.{x});" for k, x in enumerate(xs)) + " }")
+    return ("for (int g = 0; g < G; g += 4) { float4 s4 = *reinterpret_cast<const float4*>(sc + t * G + g); "
+            + ' '.join(f"s4.{x} = {w}[g + {k}] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(s4.{x} - {w}[g + {k}]); l[g + {k}] += s4.{x};" for k, x in enumerate(xs))
+            + " *reinterpret_cast<float4*>(sc + t * G + g) = s4; }")
+
+def _warp_softmax(MT=None, vp=False, zacc=False, v4=False):
     """Source: the chunk softmax of one warp over its own tiles (the tokens its value loop weighs): its max and sum per
     head -> `wst`, no block barrier. With `MT` (the value accumulators' count; `BMERGE`) the warp carries its softmax
     across the block's chunks: the chunk's max joins the running max `cm`, the running sum `cl` and the accumulators are
     rescaled by e^(old - new) first, the chunk's weights are e^(s - cm) and their sum joins `cl` (`wst` is written once,
     after the last chunk). `vp` (`_vpack`, `_vscb`): the accumulators' columns 4-7 (lanes tig 2, 3) are heads 0-3's too;
-    `zacc` (`_vscb`): the biases' accumulator is rescaled with them"""
+    `zacc` (`_vscb`): the biases' accumulator is rescaled with them; `v4` (`_sc4`): the scores read and weights written four heads a float4"""
     carry = MT is not None
     w = 'cm' if carry else 'm'    # the max the weights are taken against
     join = f"""
@@ -2003,11 +2031,11 @@ def _warp_softmax(MT=None, vp=False, zacc=False):
         const int nj = NV > warp * 16 ? ((NV - warp * 16 + 63) / 64) * 16 : 0;
         float m[G], l[G];
         for (int g = 0; g < G; ++g) {{ m[g] = KVQ_NEG_INF; l[g] = 0.0f; }}
-        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); for (int g = 0; g < G; ++g) m[g] = KVQ_MAX(m[g], sc[t * G + g]); }}
+        for (int j = lane; j < nj; j += 32) {{ const int t = warp * 16 + 64 * (j >> 4) + (j & 15); {_softmax_pass(None, v4)} }}
         for (int g = 0; g < G; ++g) for (int off = 16; off > 0; off >>= 1) m[g] = KVQ_MAX(m[g], KVQ_SHFL(m[g], off));{join}
         for (int j = lane; j < nj; j += 32) {{
             const int t = warp * 16 + 64 * (j >> 4) + (j & 15);
-            for (int g = 0; g < G; ++g) {{ const float pv = {w}[g] == KVQ_NEG_INF ? 0.0f : KVQ_EXP(sc[t * G + g] - {w}[g]); sc[t * G + g] = pv; l[g] += pv; }}
+            {_softmax_pass(w, v4)}
         }}
         {done}
         KVQ_SYNCWARP();   // the weights visible to the value loop's lanes
@@ -2128,13 +2156,13 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {('{ ' + _park(MT, vs, True, pbase) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs)}    {loop}    }}
+{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs, _sc4(G, pk * NT + tw if DYNLUT else None))}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax() if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=_sc4(G, pk * NT + tw if DYNLUT else None)) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

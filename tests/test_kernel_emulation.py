@@ -109,7 +109,7 @@ def test_block_merge(monkeypatch):
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, lpch, lo, masked)
     orig = AK._warp_softmax
-    monkeypatch.setattr(AK, '_warp_softmax', lambda *a: orig(*a).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
+    monkeypatch.setattr(AK, '_warp_softmax', lambda *a, **k: orig(*a, **k).replace('acc[mt][0] *= f0; acc[mt][1] *= f1; acc[mt][2] *= f0; acc[mt][3] *= f1;', ''))
     monkeypatch.setattr(AK, 'LPCH', 2)
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
@@ -792,7 +792,7 @@ def test_weights_high_and_low_parts_in_one_product(monkeypatch):
     two = out(False)
     rel = lambda a: (mx.abs(a - two).max() / mx.abs(two).max()).item()
     assert rel(out(True)) <= 2e-3
-    assert rel(out(True, lambda *a: orig_w(*a).replace("(2 * tig & 3)", "2 * tig"))) > 1e-2
+    assert rel(out(True, lambda *a, **k: orig_w(*a, **k).replace("(2 * tig & 3)", "2 * tig"))) > 1e-2
 
 def test_affine_keys_on_integer_tensor_cores(monkeypatch):
     """`AINT8` (on by default since it was timed on an H200, 2026-11-30): 4- and 8-bit affine keys as unsigned bytes times the query as two
@@ -913,3 +913,44 @@ def test_mask_known_at_compile_time(monkeypatch):
     name, kc, vc, B, Hkv, G, D, n = cases[0]
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D)
     assert E.check_final(kc, vc, B, Hkv, G, D, n, True, fold=True) > 1e-2
+
+def test_float4_softmax(monkeypatch):
+    """`SCV4` (on): where G is a multiple of 4 and the score buffer 16-byte aligned, the lean kernels' warp softmax reads
+    a token's scores and writes its weights four heads a float4. The same attention as the reference for 4 query heads a
+    KV head (turbo:4, affine:8,4) and 8 (turbo:4: two float4 a token), the softmax carried across a block's chunks (BMERGE)
+    and not, masked and not; kernels of 2 heads a KV head, or with the buffer at an offset not a multiple of 16 bytes,
+    keep the 4-byte accesses. Not vacuous: a weight written to the wrong head's lane of the float4, or the weights not
+    written back, is caught. FEXP's `__expf` (the CUDA macro; the emulator's exp is the C library's) is checked on a GPU
+    (`bench/check_fused_cuda.py`); here only that the macro follows the knob."""
+    monkeypatch.setattr(AK, 'LPCH_MIN', 0)
+    vec = 'reinterpret_cast<const float4*>(sc + t * G + g)'
+    assert AK._sc4(4, None) and AK._sc4(8, 4096) and not AK._sc4(4, 4098) and not AK._sc4(2, None) and not AK._sc4(6, None)
+    cases = [c for c in FINAL if c[0] in ('turbo:4', 'affine:8,4')] + [('turbo:4, 8 heads', TurboCodec(4), TurboCodec(4, seed=1), 1, 1, 8, 128, 300)]
+    assert [c[5] for c in cases] == [4, 4, 8]
+    for bmerge in (True, False):
+        monkeypatch.setattr(AK, 'BMERGE', bmerge)
+        for name, kc, vc, B, Hkv, G, D, n in cases:
+            kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+            src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+            assert AK._wsm_ok(sum(AK._side_layout(vp)[0]), G) and src.count(vec) == 2 and ('running max and sum' in src) == AK._bmerge_ok(kp, vp, G), (name, bmerge)
+            for masked in (False, True):
+                assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, bmerge, masked)
+    monkeypatch.setattr(AK, 'BMERGE', True)
+    two = [c for c in E.CASES if c[0] == 'affine:4 g32 / affine:4, 2 heads'][0]
+    assert vec not in AK._decode_source(A.side_plan(two[1], 128), A.side_plan(two[2], 128), 2, 'cuda', 'plain', fold='plain')
+    name, kc, vc, B, Hkv, G, D, n = cases[0]
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    monkeypatch.setattr(AK, 'SCV4', False)
+    assert vec not in AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
+    monkeypatch.setattr(AK, 'SCV4', True)
+    orig = AK._softmax_pass
+    for wrong in (lambda w, v4: orig(w, v4).replace('l[g + 3] += s4.w;', 'l[g + 3] += s4.w; s4.w = s4.z;'),
+                  lambda w, v4: orig(w, v4).replace(' *reinterpret_cast<float4*>(sc + t * G + g) = s4;', '')):
+        monkeypatch.setattr(AK, '_softmax_pass', wrong)
+        assert wrong('cm', True) != orig('cm', True)   # (the mutation applies)
+        assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
+    monkeypatch.setattr(AK, '_softmax_pass', orig)
+    head = lambda: AK._prelude('cuda')
+    assert '#define KVQ_EXP(x) __expf(x)' in head()
+    monkeypatch.setattr(AK, 'FEXP', False)
+    assert '#define KVQ_EXP(x) expf(x)' in head() and '__expf' not in head()
