@@ -15,7 +15,7 @@ __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
            'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'PF_WORDS', 'PFL2', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -565,7 +565,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, PFL2)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -960,6 +960,7 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG1(x, p) asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(x) : "l"(p))
 #define KVQ_LDG2(x, y, p) asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p))
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
+#define KVQ_PREF(p) asm volatile("prefetch.global.L2 [%0];" :: "l"((const void*)(p)))
 #define KVQ_OPAQUE(p) asm("" : "+l"(p))
 #define KVQ_LDGS(p) __ldg(p)
 #define KVQ_DYN_U32(nm) extern __shared__ KVQ_ALIGN16 uint32_t nm[]
@@ -1632,12 +1633,28 @@ def _scalar_names(decl):
     "The names (without the set placeholder `@`) declared by the scalar declarations of a tile's loads (not `uint32_t` word arrays)"
     return [nm.replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in _decl_names(d)]
 
-def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
+PFL2 = 0                 # lean loops: each stage also prefetches into L2 (`prefetch.global.L2`, no register kept) the tile PFL2 tiles past the one whose loads it issues (`_l2_prefetch`); 0: none. Why: at 131K the decode kernel's largest stall is on its tile loads (`long_sb`, 33% of affine:4's samples, `bench/h200_20261201a/srcprof/`), and ptxas places a stage's loads at its end in some stages (then the tile is barely more than one stage ahead when used: those stages' first uses hold most of the stall) and at its start in others; a tile already in L2 shortens the wait wherever the loads land. Not yet timed on a GPU
+
+def _l2_prefetch(side, plan, tb):
+    """Source (`PFL2`): one `KVQ_PREF` per band (and per 32 words of a token's row past the first) of the tile at token
+    offset `tb` of the chunk: lanes 0-15 its tokens' code rows, lanes 16-31 their first scalar (norm / scale; an affine
+    band's biases by a second one), every token clamped to the chunk's last as the loads are (addresses in the rows)"""
+    tok = f"(unsigned)(t0 + min(({tb}) + (lane & 15), NV - 1))"
+    out = []
+    for i, b in enumerate(plan.bands):
+        sc = f"{side}g{i}_row + {tok} * {side}g{i}_s2"
+        out.append(f"KVQ_PREF(lane < 16 ? (const void*)({side}w{i}_row + {tok} * {side}w{i}_s2) : (const void*)({sc}));")
+        out += [f"if (lane < 16) KVQ_PREF({side}w{i}_row + {tok} * {side}w{i}_s2 + {o});" for o in range(32, b.n_words, 32)]
+        if b.bias is not None: out.append(f"KVQ_PREF({side}z{i}_row + {tok} * {side}z{i}_s2);")
+    return '{ ' + ' '.join(out) + ' }   // PFL2: into L2, ahead of the loads'
+
+def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
     loading those of the tile k steps on before it computes (k tiles of loads in flight per warp). `split`: (prologue:
     the register sets declared and the first k tiles' loads issued, the loop) for a caller that issues the prologue
-    earlier (`VPRO`); ('', the loop) where there is none (PF = 0)"""
+    earlier (`VPRO`); ('', the loop) where there is none (PF = 0). `pref` (PFL2, with PF): tile offset -> the source
+    prefetching that tile into L2 (`_l2_prefetch`), issued by each stage PFL2 tiles past the one it loads"""
     pre, post = '', ''
     if side in _STAGED:   # the tile's words through the warp's cp.async stages: tile jt in slot jt % STG, copied STG - 1 tiles ahead
         ns = STG
@@ -1687,6 +1704,7 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
             const int tb = tb0 + {64 * s};
             {tokset}
             {' '.join(copies)}
+            {pref(f'tb + {64 * (k + PFL2)}') if pref and PFL2 else ''}
             {{ {nts.replace('TB', f'tb + {64 * k}')}
             {buf(into, load)} }}
             {body}
@@ -1830,7 +1848,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
             }}"""
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
-        {_lean_loop(decl, load, tokset, nts, body, 'k')}
+        {_lean_loop(decl, load, tokset, nts, body, 'k', pref=lambda tb: _l2_prefetch('k', kplan, tb))}
         {'' if wsm else f"for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token"}
     }}
     {'' if wsm else 'KVQ_SYNC();'}
@@ -1964,10 +1982,11 @@ def _lean_values(vplan, G, rep, carry=False):
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
     vbody = chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip()
     if carry:   # (accumulators, the value prologue, the chunk's value loop, the merge): the caller issues the prologue before the softmax (VPRO)
-        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v'))
+        vpf = lambda tb: _l2_prefetch('v', vplan, tb)
+        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True, pref=vpf) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=vpf))
         return (acc, pro, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n",
                 _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX'))
-    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v')
+    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=lambda tb: _l2_prefetch('v', vplan, tb))
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         {acc}
         {loop}
