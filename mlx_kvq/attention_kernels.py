@@ -15,7 +15,7 @@ __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
            'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'PF_WORDS', 'PFL2', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -58,7 +58,7 @@ _PRELUDE = {
 #define KVQ_U64 ulong
 """}
 
-FEXP = True              # CUDA: e^x of the softmax (every weight and rescale factor, always of a difference to a running max, x <= 0) by `__expf` (a multiply and the hardware's ex2.approx: 2 instructions; error under 2 + 1.2|x| ulp of float32) instead of `expf` (about 10 with its range reduction and a branch per weight: the warp softmax's weights were 8-15% of the decode kernel's stall samples at 131K, `bench/h200_20261201a/srcprof/`); False: expf
+FEXP = True              # CUDA: e^x of the softmax (every weight and rescale factor, always of a difference to a running max, x <= 0) by `__expf` (a multiply and the hardware's ex2.approx: 2 instructions; error under 2 + 1.2|x| ulp of float32) instead of `expf` (about 10 with its range reduction and a branch per weight: the warp softmax's weights were 8-15% of the decode kernel's stall samples at 131K, `bench/h200_20261201a/srcprof/`). Timed alone within the spread (affine:4 69.0-69.9 us against 68.7-70.9, `bench/h200_20261201a/fexp/`; the gain there is SCV4's); the GPU checks pass with it (`fexpcheck/`); False: expf
 
 def _prelude(backend):
     "The backend's macros (`_PRELUDE`), KVQ_EXP by `FEXP` on CUDA"
@@ -565,7 +565,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, PFL2)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -960,7 +960,6 @@ _MMA_PRELUDE = r"""
 #define KVQ_LDG1(x, p) asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(x) : "l"(p))
 #define KVQ_LDG2(x, y, p) asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p))
 #define KVQ_LDG4(x, y, z, w, p) asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "l"(p))
-#define KVQ_PREF(p) asm volatile("prefetch.global.L2 [%0];" :: "l"((const void*)(p)))
 #define KVQ_OPAQUE(p) asm("" : "+l"(p))
 #define KVQ_LDGS(p) __ldg(p)
 #define KVQ_DYN_U32(nm) extern __shared__ KVQ_ALIGN16 uint32_t nm[]
@@ -1633,28 +1632,12 @@ def _scalar_names(decl):
     "The names (without the set placeholder `@`) declared by the scalar declarations of a tile's loads (not `uint32_t` word arrays)"
     return [nm.replace('@', '') for d in decl if not d.startswith('uint32_t') for nm in _decl_names(d)]
 
-PFL2 = 0                 # lean loops: each stage also prefetches into L2 (`prefetch.global.L2`, no register kept) the tile PFL2 tiles past the one whose loads it issues (`_l2_prefetch`); 0: none. Why: at 131K the decode kernel's largest stall is on its tile loads (`long_sb`, 33% of affine:4's samples, `bench/h200_20261201a/srcprof/`), and ptxas places a stage's loads at its end in some stages (then the tile is barely more than one stage ahead when used: those stages' first uses hold most of the stall) and at its start in others; a tile already in L2 shortens the wait wherever the loads land. Not yet timed on a GPU
-
-def _l2_prefetch(side, plan, tb):
-    """Source (`PFL2`): one `KVQ_PREF` per band (and per 32 words of a token's row past the first) of the tile at token
-    offset `tb` of the chunk: lanes 0-15 its tokens' code rows, lanes 16-31 their first scalar (norm / scale; an affine
-    band's biases by a second one), every token clamped to the chunk's last as the loads are (addresses in the rows)"""
-    tok = f"(unsigned)(t0 + min(({tb}) + (lane & 15), NV - 1))"
-    out = []
-    for i, b in enumerate(plan.bands):
-        sc = f"{side}g{i}_row + {tok} * {side}g{i}_s2"
-        out.append(f"KVQ_PREF(lane < 16 ? (const void*)({side}w{i}_row + {tok} * {side}w{i}_s2) : (const void*)({sc}));")
-        out += [f"if (lane < 16) KVQ_PREF({side}w{i}_row + {tok} * {side}w{i}_s2 + {o});" for o in range(32, b.n_words, 32)]
-        if b.bias is not None: out.append(f"KVQ_PREF({side}z{i}_row + {tok} * {side}z{i}_s2);")
-    return '{ ' + ' '.join(out) + ' }   // PFL2: into L2, ahead of the loads'
-
-def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None):
+def _lean_loop(decl, load, tokset, nts, body, side=None, split=False):
     """Source: a warp's loop over its 16-token tiles (`tb`, every 64 tokens of the chunk). PF = 0: each tile's loads
     in the tile; PF = k: the loop unrolled k times, stage s keeping tile s's words and scalars in its own registers and
     loading those of the tile k steps on before it computes (k tiles of loads in flight per warp). `split`: (prologue:
     the register sets declared and the first k tiles' loads issued, the loop) for a caller that issues the prologue
-    earlier (`VPRO`); ('', the loop) where there is none (PF = 0). `pref` (PFL2, with PF): tile offset -> the source
-    prefetching that tile into L2 (`_l2_prefetch`), issued by each stage PFL2 tiles past the one it loads"""
+    earlier (`VPRO`); ('', the loop) where there is none (PF = 0)"""
     pre, post = '', ''
     if side in _STAGED:   # the tile's words through the warp's cp.async stages: tile jt in slot jt % STG, copied STG - 1 tiles ahead
         ns = STG
@@ -1704,7 +1687,6 @@ def _lean_loop(decl, load, tokset, nts, body, side=None, split=False, pref=None)
             const int tb = tb0 + {64 * s};
             {tokset}
             {' '.join(copies)}
-            {pref(f'tb + {64 * (k + PFL2)}') if pref and PFL2 else ''}
             {{ {nts.replace('TB', f'tb + {64 * k}')}
             {buf(into, load)} }}
             {body}
@@ -1848,7 +1830,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
             }}"""
     return f"""{{  // 1. scores on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens gid and gid + 8 (past the chunk: its last token, score -inf)
         {chr(10).join('    ' + x for x in qfr).strip()}
-        {_lean_loop(decl, load, tokset, nts, body, 'k', pref=lambda tb: _l2_prefetch('k', kplan, tb))}
+        {_lean_loop(decl, load, tokset, nts, body, 'k')}
         {'' if wsm else f"for (int i = ((NV + 15) & ~15) * G + tid; i < CH * G; i += {NT}) sc[i] = KVQ_NEG_INF;   // tiles past the last token"}
     }}
     {'' if wsm else 'KVQ_SYNC();'}
@@ -1982,11 +1964,10 @@ def _lean_values(vplan, G, rep, carry=False):
         for (int m = 0; m < {MT}; ++m) for (int e = 0; e < 4; ++e) acc[m][e] = 0.0f;"""
     vbody = chr(10).join(tile) + chr(10) + chr(10).join('            ' + x for x in bands).strip()
     if carry:   # (accumulators, the value prologue, the chunk's value loop, the merge): the caller issues the prologue before the softmax (VPRO)
-        vpf = lambda tb: _l2_prefetch('v', vplan, tb)
-        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True, pref=vpf) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=vpf))
+        pro, loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', split=True) if VPRO and 'v' not in _STAGED else ('', _lean_loop(decl, load, tokset, nts, vbody, 'v'))
         return (acc, pro, f"{{  // 3. weighted values (lean), into the accumulators the block's chunks share\n        {loop}\n    }}\n",
                 _warp_sums(acc_out, slab_out, VNS, G, 'KVQ_BX', 'KVQ_GX'))
-    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v', pref=lambda tb: _l2_prefetch('v', vplan, tb))
+    loop = _lean_loop(decl, load, tokset, nts, vbody, 'v')
     return f"""{{  // 3. weighted values on tensor cores (lean): warp = 16-token tiles, thread (gid, tig) = tokens 4 tig .. 4 tig + 3 (past the chunk: its last token, weight 0)
         {acc}
         {loop}
@@ -2002,7 +1983,7 @@ def _wsm_ok(VNS, G):
     "Whether the lean loops take the warp-local softmax (`WSM`): its merge needs the warps' slabs side by side in the score buffer (`_psum_ok`)"
     return WSM and _psum_ok(VNS, G)
 
-SCV4 = True              # lean loops' warp softmax (`_warp_softmax`), G a multiple of 4: a token's scores read and its weights written as float4 (one 16-byte shared access per 4 heads, no bank conflicts: lanes 0-15 hold 16 consecutive tokens) instead of G 4-byte accesses (four-way conflicts, 57% of the affine:4 kernel's shared wavefronts excess at 131K, `bench/h200_20261201a/srcprof/`); needs the score buffer 16-byte aligned (`_sc4`)
+SCV4 = True              # lean loops' warp softmax (`_warp_softmax`), G a multiple of 4: a token's scores read and its weights written as float4 (one 16-byte shared access per 4 heads, no bank conflicts: lanes 0-15 hold 16 consecutive tokens) instead of G 4-byte accesses (four-way conflicts, 57% of the affine:4 kernel's shared wavefronts excess at 131K, `bench/h200_20261201a/srcprof/`); needs the score buffer 16-byte aligned (`_sc4`). H200, 2026-12-01, Nsight Compute, the decode kernel at 131K, issue's shape, with FEXP (`bench/h200_20261201a/fexp/`): affine:4 68.7-70.9 -> 66.8-67.9 us (means -2.9%), turbo:4 76.0-77.1 -> 74.7-77.0 (-1.2%), affine:8,4 82.7-84.9 -> 82.1-83.0 (-1.1%); Gemma's shape turbo:4 -2.2%
 
 def _sc4(G, dyn):
     "Whether the warp softmax reads the score buffer as float4 (`SCV4`): G a multiple of 4 and the buffer 16-byte aligned (static: KVQ_ALIGN16; dynamic: its word offset `dyn` a multiple of 4)"
@@ -2062,7 +2043,7 @@ def _warp_softmax(MT=None, vp=False, zacc=False, v4=False):
 """
 
 BMERGE_VNS = 4           # BMERGE only where the values have at most this many 32-dim slices: the carried value accumulators (2 x 4 floats a slice) live through the next chunk's key loop, and at head dim 256 (8 slices) the folded turbo:4 kernel spilled 352 bytes, 64 local loads an iteration of that loop (`bench/cuda_registers.py --fold`), 16 bytes without BMERGE
-PARK = False             # BMERGE kernels: the value accumulators the block's chunks share parked in shared memory through each chunk's key loop (stored before it, loaded back before the softmax rescales them), so they hold no registers there. Offline (`python3 bench/cuda_registers.py --fold --unmasked --loops --set PARK=True --set LB=5 --set PF=1 --set CH_MAX=800 --set WAVE=660`): compiled for 5 blocks an SM (96 registers) the unmasked d128 kernels' score loops have 0-1 spill loads with it against 4-42 without (turbo:4 4, turbo:3 7, affine:4 11, affine:8,4 42: the carried accumulators are what spills there), their value loops 0 (turbo:4) to 10 (affine:4) against 0-1; not timed on a GPU (`bash bench/gpu_round.sh lbpark`)
+PARK = False             # BMERGE kernels: the value accumulators the block's chunks share parked in shared memory through each chunk's key loop (stored before it, loaded back before the softmax rescales them), so they hold no registers there. Offline (`python3 bench/cuda_registers.py --fold --unmasked --loops --set PARK=True --set LB=5 --set PF=1 --set CH_MAX=800 --set WAVE=660`): compiled for 5 blocks an SM (96 registers) the unmasked d128 kernels' score loops have 0-1 spill loads with it against 4-42 without (turbo:4 4, turbo:3 7, affine:4 11, affine:8,4 42: the carried accumulators are what spills there), their value loops 0 (turbo:4) to 10 (affine:4) against 0-1; timed on an H200 (2026-12-01, `bash bench/gpu_round.sh lbpark`, `bench/h200_20261201a/lbpark/`): LB=5 with it still slower than the default 4 blocks an SM (affine:4 73.6-75.2 us against 67.7-69.0, turbo:4 102.4-102.7 against 75.4-76.9), so off
 
 def _park_floats(vplan, G, carry):
     "Floats each thread parks (`PARK`, BMERGE kernels only): its value accumulators (4 per 16-dim tile) and VSCB's biases' accumulator; 0 otherwise"

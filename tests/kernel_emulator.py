@@ -121,7 +121,6 @@ MACROS = r"""
 #define KVQ_OPAQUE(p) ((void)0)
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
-#define KVQ_PREF(p) ((void)*(const volatile char*)(p))   /* a prefetch reads nothing back: here a byte of the line, so an address outside the inputs shows */
 """
 _LIBS = {}
 

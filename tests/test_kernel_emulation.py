@@ -860,7 +860,7 @@ def test_affine_value_scales_in_the_weights(monkeypatch):
     monkeypatch.setattr(AK, '_lean_values', lv)
 
 def test_parked_accumulators(monkeypatch):
-    """`PARK` (off until timed on a GPU): a block carrying its softmax over 2-3 chunks (BMERGE) parks its value
+    """`PARK` (off: 5 blocks an SM with it timed slower than 4 without, H200, `bench/h200_20261201a/lbpark/`): a block carrying its softmax over 2-3 chunks (BMERGE) parks its value
     accumulators in shared memory through each chunk's key loop and loads them back before the softmax rescales them:
     the same attention as the reference for a turbo pair, affine 8/4 bits (VSCB: the biases' accumulator parked too) and
     a calibrated pair, masked and not; the parked floats in static shared memory too (DYNLUT off). Not vacuous: a park that skips its stores (the loads then give what an earlier
@@ -954,29 +954,3 @@ def test_float4_softmax(monkeypatch):
     assert '#define KVQ_EXP(x) __expf(x)' in head()
     monkeypatch.setattr(AK, 'FEXP', False)
     assert '#define KVQ_EXP(x) expf(x)' in head() and '__expf' not in head()
-
-def test_l2_prefetch(monkeypatch):
-    """`PFL2` (off until timed on a GPU): each stage of the lean loops also prefetches into L2 the tile PFL2 tiles past
-    the one it loads. A prefetch changes no result: the same attention as the reference with PFL2 = 2 for turbo:4,
-    affine:8,4 (one tile in flight for its 8-bit keys, two for its values) and a calibrated pair (two bands a side),
-    folded and masked or not; on the emulator each prefetch reads a byte at its address, so an address outside the inputs
-    would show. Every stage prefetches (one per band and side) a tile PFL2 past its loads', its tokens clamped to the
-    chunk's last as the loads' are; with PFL2 = 0 the sources are unchanged."""
-    monkeypatch.setattr(AK, 'LPCH_MIN', 0)
-    cases = [c for c in FINAL if c[0] in ('turbo:4', 'affine:8,4', 'calibrated 5o/4o')]
-    assert len(cases) == 3
-    for name, kc, vc, B, Hkv, G, D, n in cases:
-        kc, vc = _pair(kc, vc, D)
-        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-        src = lambda: AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
-        before = src()
-        monkeypatch.setattr(AK, 'PFL2', 2)
-        got = src()
-        assert 'PFL2' not in before and got.count('// PFL2: into L2') >= 4, name
-        found = re.findall(r'KVQ_PREF\(lane < 16 \? \(const void\*\)\((\w)w(\d)_row \+ \(unsigned\)\(t0 \+ min\(\(tb \+ (\d+)\) \+ \(lane & 15\), NV - 1\)\)', got)
-        assert {(s, int(i)) for s, i, _ in found} == {(s, i) for s, p in (('k', kp), ('v', vp)) for i in range(len(p.bands))}, name   # every band of both sides
-        assert all(int(t) in (64 * 3, 64 * 4) for _, _, t in found), (name, found)   # k (1 or 2 tiles in flight) + PFL2 tiles on
-        for masked in (False, True):
-            assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
-        monkeypatch.setattr(AK, 'PFL2', 0)
-        assert src() == before, name
