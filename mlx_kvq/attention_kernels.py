@@ -58,7 +58,7 @@ _PRELUDE = {
 #define KVQ_U64 ulong
 """}
 
-FEXP = True              # CUDA: e^x of the softmax (every weight and rescale factor, always of a difference to a running max, x <= 0) by `__expf` (a multiply and the hardware's ex2.approx: 2 instructions; error under 2 + 1.2|x| ulp of float32) instead of `expf` (about 10 with its range reduction and a branch per weight: the warp softmax's weights were 8-15% of the decode kernel's stall samples at 131K, `bench/h200_20261201a/srcprof/`). Timed alone within the spread (affine:4 69.0-69.9 us against 68.7-70.9, `bench/h200_20261201a/fexp/`; the gain there is SCV4's); the GPU checks pass with it (`fexpcheck/`); False: expf
+FEXP = True              # CUDA: e^x of the softmax (every weight and rescale factor, always of a difference to a running max, x <= 0) by `__expf` (a multiply by log2 e and the hardware's ex2.approx with its subnormal fix-up, no range reduction; error under 2 + 1.2|x| ulp of float32) instead of `expf` (about 10 instructions of range reduction a weight: the warp softmax's weights were 8-15% of the decode kernel's stall samples at 131K, `bench/h200_20261201a/srcprof/`). Measured: alone within the spread (affine:4 69.0-69.9 us against 68.7-70.9, `bench/h200_20261201a/fexp/`; the gain of both is SCV4's), and the folded d128 kernels are not shorter for it (`python3 bench/cuda_registers.py --fold --unmasked --sass --only 'affine:4 D128' --set FEXP=False`: affine:4 5,224 SASS instructions without, 5,312 with; turbo:4 5,064 / 5,168). On because both on is the configuration timed and GPU-checked (`fexpcheck/`); SCV4 alone (FEXP=False) is not yet timed; False: expf
 
 def _prelude(backend):
     "The backend's macros (`_PRELUDE`), KVQ_EXP by `FEXP` on CUDA"
@@ -2137,7 +2137,9 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
     VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
     if VHL: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"; fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s')
-    head = _mma_head(G, KNS, VNS, pk * NT + tw if DYNLUT else None) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
+    dyn = pk * NT + tw if DYNLUT else None   # the score buffer's word offset in the dynamic shared memory (static: None)
+    v4 = _sc4(G, dyn)   # the warp softmax's float4 accesses
+    head = _mma_head(G, KNS, VNS, dyn) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
     const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}
@@ -2156,13 +2158,13 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {('{ ' + _park(MT, vs, True, pbase) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs, _sc4(G, pk * NT + tw if DYNLUT else None))}    {loop}    }}
+{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs, v4)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=_sc4(G, pk * NT + tw if DYNLUT else None)) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=v4) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

@@ -918,8 +918,8 @@ def test_float4_softmax(monkeypatch):
     """`SCV4` (on): where G is a multiple of 4 and the score buffer 16-byte aligned, the lean kernels' warp softmax reads
     a token's scores and writes its weights four heads a float4. The same attention as the reference for 4 query heads a
     KV head (turbo:4, affine:8,4) and 8 (turbo:4: two float4 a token), the softmax carried across a block's chunks (BMERGE)
-    and not, masked and not; kernels of 2 heads a KV head, or with the buffer at an offset not a multiple of 16 bytes,
-    keep the 4-byte accesses. Not vacuous: a weight written to the wrong head's lane of the float4, or the weights not
+    and not, masked and not; kernels of 2 heads a KV head keep the 4-byte accesses, and `_sc4` refuses a dynamic buffer
+    at a word offset not a multiple of 4 (16 bytes). Not vacuous: a weight written to the wrong head's lane of the float4, or the weights not
     written back, is caught. FEXP's `__expf` (the CUDA macro; the emulator's exp is the C library's) is checked on a GPU
     (`bench/check_fused_cuda.py`); here only that the macro follows the knob."""
     monkeypatch.setattr(AK, 'LPCH_MIN', 0)
@@ -951,6 +951,7 @@ def test_float4_softmax(monkeypatch):
         assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
     monkeypatch.setattr(AK, '_softmax_pass', orig)
     head = lambda: AK._prelude('cuda')
-    assert '#define KVQ_EXP(x) __expf(x)' in head()
+    dec = lambda: AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))   # the decode kernel takes its macros from `_prelude`
+    assert '#define KVQ_EXP(x) __expf(x)' in head() and '#define KVQ_EXP(x) __expf(x)' in dec()
     monkeypatch.setattr(AK, 'FEXP', False)
-    assert '#define KVQ_EXP(x) expf(x)' in head() and '__expf' not in head()
+    assert '#define KVQ_EXP(x) expf(x)' in head() and '__expf' not in head() and '__expf' not in dec()
