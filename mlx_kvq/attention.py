@@ -19,7 +19,7 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'side_plan', 'fused_decode_partial',
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'RING', 'side_plan', 'fused_decode_partial',
            'fused_decode', 'decode_runner', 'staged_runner', 'stage_capacity', 'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
@@ -649,6 +649,7 @@ def _guard(backend):
     return _GUARDS[backend]
 
 _CHAIN = threading.Lock()   # the folded decode kernels' row counters pass from call to call under it
+RING = 4   # CUDA folded calls of one launcher: call i starts from the counters call i - RING returned (zeroed at its end), so RING consecutive calls share no buffer and MLX's CUDA graph may run them side by side, as it runs fp16 SDPA's independent calls; 1: each call starts from the last call's (a chain: every call after the one before it)
 _LAUNCHERS = {}      # verified launchers by (query shape and dtype, codecs, scale, backend, variant): what `_fast_final` reads
 _FINAL_RUNS = {}     # launchers by configuration (plans kept alive with them, so their ids stay theirs)
 
@@ -709,7 +710,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
     staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
     kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
-    cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32)] if folds else None   # the counters the next folded call starts from (zero): a scratch's first floats
+    cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32) for _ in range(max(1, RING))] if folds else None   # the counters the next RING folded calls start from (zero): a scratch's first floats, the oldest first
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
     FODT, PODT = [mx.float32, queries.dtype], [mx.float32, mx.float32]
     FODTW = FODT + [queries.dtype]
@@ -772,10 +773,10 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sb
         for i, s_, j in tk[3]: ins[i] = (kp, vp)[s_][j]
         if w: ins[at[4]] = nk; ins[at[5]] = nv
-        with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+        with _CHAIN:   # threads building steps at once: each call takes the oldest counters of the ring (`RING`), never the same as another
             ins[at[2]] = cnt[0]
             res = tk[0](inputs=ins, grid=call[0], threadgroup=TG, template=TPL, output_shapes=t[3] if w else call[2], output_dtypes=FODTW if w else FODT)
-            cnt[0] = res[0]
+            del cnt[0]; cnt.append(res[0])   # (after the launch: a call that raises leaves the ring whole)
         if not w: return res[1]
         seen[0] = (res[2], cap)   # the buffer this layer's next staged call passes: made here, of the shape and dtype checked
         return res[1], res[2]
@@ -791,9 +792,10 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             ins = list(fbase)
             ins[fiq], ins[fim], ins[fimask] = qin, meta, _mask_input(mask, B, n)
             for i, s_, j in fparts_at: ins[i] = sides[s_][j]
-            with _CHAIN:   # threads building steps at once: each call takes the counters the last one returned, never the same
+            with _CHAIN:   # threads building steps at once: each call takes the oldest counters of the ring (`RING`), never the same as another
                 ins[ficnt] = cnt[0]
-                cnt[0], out = fk(inputs=ins, grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
+                scr, out = fk(inputs=ins, grid=grid, threadgroup=TG, template=TPL, output_shapes=shapes, output_dtypes=FODT)
+                del cnt[0]; cnt.append(scr)
             return out
         ins = list(base)
         ins[iq], ins[im], ins[imask] = qin, meta, _mask_input(mask, B, n)

@@ -261,8 +261,10 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     "The fused final path (`fused_decode`) with the combine kernel: raw queries prepared in the kernels, the combine normalizing and transforming back"
     return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, 1, False)
 
-def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=2):
-    "The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls chained on their row counters"
+def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=None):
+    """The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls of
+    one launcher (default `attention.RING` + 1: the last starts from the row counters the first returned)"""
+    if calls is None: calls = A.RING + 1
     S = -(-n // AK._chunk(n, kparts[0].shape[0] * kparts[0].shape[1], queries.shape[1] // kparts[0].shape[1]))
     assert AK.FOLD and AK._fold_ok(S, queries.shape[1] // kparts[0].shape[1], 32 * sum(AK._side_layout(vplan)[0])), 'a call the fold takes'   # (BMERGE: fewer partials than S)
     return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, True)
@@ -276,7 +278,7 @@ def final_tolerance(kc, vc, G, D):
     "`tolerance` plus, where the queries are float16 (`check_final`), the rounding of both outputs to float16 (one unit in the last place, 2**-10)"
     return tolerance(kc, vc, G, D) + (2 ** -10 if AK.MMA else 0.0)
 
-def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False, calls=2):
+def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False, calls=None):
     """Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's
     scale. The queries are float16 where the tensor-core kernel may serve (`AK.MMA`: a half-precision model's call), else float32"""
     mx.random.seed(seed)

@@ -145,12 +145,45 @@ def test_blocks_per_row():
             else: assert gx <= -(-S // 2) and R * gx <= AK.WAVE + R, (R, S, gx)
 
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
-    "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call; the first call is right"
+    "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the call that starts from them (`attention.RING` + 1); the first call is right"
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     orig = AK._fold_source
     monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[(long)r * (1 + NGM) + i] = 0;', ';'))
     assert not E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= 1e-2
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True, calls=1) <= E.final_tolerance(kc, vc, G, D)
+
+def test_fold_counter_ring(monkeypatch):
+    """Folded calls of one launcher take their row counters from a ring of `attention.RING` scratches: the first RING calls
+    start from distinct zeroed arrays, call i from the scratch call i - RING returned (so RING consecutive calls share no
+    buffer and a CUDA graph may overlap them), and every call's answer is the reference's; with RING = 1, the chain"""
+    name, kc, vc, B, Hkv, G, D, n = FINAL[0]
+    seen, real = [], E.cuda_kernel
+    def recording(*a, **k):
+        call = real(*a, **k)
+        input_names = k.get('input_names', a[1] if len(a) > 1 else None)
+        if 'cnt' not in input_names: return call
+        i = list(input_names).index('cnt')
+        def rec(**kw):
+            outs = call(**kw); seen.append((kw['inputs'][i], outs[0])); return outs
+        return rec
+    monkeypatch.setattr(E, 'cuda_kernel', recording)
+    mx.random.seed(3)
+    k, v = mx.random.normal((B, Hkv, n, D)), mx.random.normal((B, Hkv, n, D))
+    q = mx.random.normal((B, Hkv * G, 1, D)).astype(mx.float16)
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    kparts, vparts = kc.encode(k), vc.encode(v)
+    ref = A._final_reference(q, kp, vp, kparts, vparts, None, n, D ** -0.5).astype(mx.float32)
+    for ring in (3, 1):
+        monkeypatch.setattr(A, 'RING', ring); seen.clear()
+        with E._emulated(True):
+            _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
+            outs = [run(q, kparts, vparts, n) for _ in range(2 * ring + 1)]
+        assert len(seen) == 2 * ring + 1
+        for out in outs:
+            assert (mx.abs(out.astype(mx.float32) - ref).max() / mx.abs(ref).max()).item() <= E.final_tolerance(kc, vc, G, D), ring
+        for i, (c, _) in enumerate(seen):
+            if i < ring: assert not any(c is seen[j][0] for j in range(i)) and not mx.any(c != 0).item(), (ring, i)
+            else: assert c is seen[i - ring][1], (ring, i)   # the scratch call i - RING returned, nothing nearer
 
 def test_two_level_merge(monkeypatch):
     """The fold's merge in groups (`FGS` blocks a group, the last block of each merging the group, the last group's merger
