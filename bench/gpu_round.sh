@@ -372,6 +372,12 @@ case $part in
   autocall) for mode in "" "--serial"; do f="$O/issue_auto${mode//-/_}"   # one call of the issue's shape with auto:5 (planned on seeded random ids, as the bench plans it) beside fp16 and turbo:4, independent and serial, 3 alternating rounds (about 3 min)
            timeout 200 python3 -m mlx_kvq bench --kv fp16 turbo:4 auto:5 --context 4096 32768 131072 --calls 8 --repeats 5 --rounds 3 $mode --json "$f.json" > "$f.log" 2>&1
            grep -E "^\| [0-9]|measured these" "$f.log" | cut -c1-220 | sed "s/^/auto ${mode:-independent}: /"; grep -c "using the reference" "$f.log"; done ;;
+  hldir) mkdir -p "$O/check"   # HLDIR (on since 2026-12-01: with HLTAB, a value fragment register permuted straight from two tokens' (high, low) words): the calibrated GPU checks (cut at 200 s), then the decode kernel at 131K under Nsight Compute, off / on alternating, the issue's shape (cal:3,6, auto:5's plan there; cal:4,5) and Gemma's (cal:3,6) (about 7 min)
+         timeout 200 python3 bench/check_fused_cuda.py --quick --only check --cases kvq_turbo --out "$O/check" > "$O/check/run.log" 2>&1
+         grep -E "^kvq_turbo" "$O/check/run.log" | cut -c1-150; grep -E "failing|worst" "$O/check/run.log" | tail -2
+         SCH="cal:3,6" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" "HLDIR=False" "HLDIR=True"
+         SCH="cal:4,5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"
+         NCUFLAGS=--gemma SCH="cal:3,6" ncu_sets "$O/kerngemma.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" ;;
   scv4) SCH="turbo:4 affine:4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "FEXP=True" "FEXP=False" "FEXP=True" "FEXP=False" ;;   # SCV4 alone (FEXP=False) against both on (the default): the decode kernel at 131K under Nsight Compute, alternating (about 3 min)
   lbexp) bash bench/lb_experiment.sh "$O" ;;   # more resident blocks (LB = 5 / 6: fewer registers, shorter chunks to fill the wave) against the default: the decode kernel at 131K under Nsight Compute, duration, grid, registers, achieved occupancy (about 4 min)
   lbpark) bash bench/lb_experiment.sh "$O" park ;;   # LB = 5 with PARK (the carried accumulators parked in shared memory through the key loop; off by default, emulator-checked by test_parked_accumulators) against the default, alternating (about 4 min; H200, 2026-12-01: slower, `bench/h200_20261201a/lbpark/`)

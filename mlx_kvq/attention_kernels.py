@@ -15,7 +15,7 @@ __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
            'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'HLDIR', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -565,7 +565,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1499,6 +1499,7 @@ def _vtlo(vplan):
 
 HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1 (each pair of ranges from one run); the issue's (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 190.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
 HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
+HLDIR = True             # HLTAB in the lean value loop: a fragment register (two tokens' halves of one channel) permuted straight from the two tokens' (high, low) words, one byte permute each (8 per channel pair and 4 tokens, high and low parts); False: each token's pair of channels first, then the transpose (16)
 
 def _hl_words(vplan):
     "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
@@ -1932,6 +1933,11 @@ def _lean_values(vplan, G, rep, carry=False):
                     regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], arr, 8 * mt, f"h{r}", rep))
                     if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], arr, 8 * mt, f"l{r}", rep))
                 frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
+            elif hl and HLDIR and b.table is not None and b.bits > 4:   # each code's (high, low) halves in one word: a fragment register (two tokens, one channel) is one byte permute of two tokens' words
+                for e in range(4):
+                    regs += [f"const uint32_t L{e}{k} = {hl}[{vtoff[i]} + {_field(f'y{e}{i}', (2 * mt + k) * b.bits, b.bits)}];" for k in range(2)]
+                pick = lambda s: f"{{KVQ_PRMT(L00, L10, {s}), KVQ_PRMT(L01, L11, {s}), KVQ_PRMT(L20, L30, {s}), KVQ_PRMT(L21, L31, {s})}}"
+                frag, lfrag = pick('0x5410'), pick('0x7632')
             else:
                 for e in range(4):
                     regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep, hl))

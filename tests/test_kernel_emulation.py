@@ -374,7 +374,9 @@ def test_high_low_half_table(monkeypatch):
     halves, so the emulated kernel's output is bit for bit the one without it, and the table is in the source only where
     such a band is (6-bit values with a 7-bit outlier band: yes; 4-bit values with a 5-bit band: yes; plain 4-bit turbo: no)
     and the kernel is compiled for at most `HLTAB_LB` blocks an SM; under `LB`'s 128 registers only where such bands hold
-    half the value channels or more (the 6-bit values: yes; the 4-bit values with their narrow 5-bit band: no). On by default"""
+    half the value channels or more (the 6-bit values: yes; the 4-bit values with their narrow 5-bit band: no). On by default,
+    with `HLDIR` (each fragment register one byte permute of two tokens' words, not a transpose of the tokens' channel pairs:
+    the same halves, bit for bit)"""
     D = 128
     assert AK.HLTAB and 0 < AK.HLTAB_LB < AK.LB
     for kb, vb in ((3, 6), (5, 4)):
@@ -385,15 +387,19 @@ def test_high_low_half_table(monkeypatch):
         assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense')) == (vb > 4)             # (the default bound: LB)
         outs = []
         assert AK._lb(2 * 11) <= AK.HLTAB_LB    # the emulated calls below (2 rows, 11 chunks at most): few blocks, compiled with the table
-        for on in (False, True):   # (ending on the default)
-            monkeypatch.setattr(AK, 'HLTAB', on)
-            assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)) == on, (kb, vb, on)
+        for on, direct in ((False, True), (True, False), (True, True)):   # (ending on the defaults; `HLDIR`: fragments permuted straight from the tokens' words)
+            monkeypatch.setattr(AK, 'HLTAB', on); monkeypatch.setattr(AK, 'HLDIR', direct)
+            src = AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
+            assert ('vhl_s' in src) == on, (kb, vb, on)
+            if on and direct: assert src.count('KVQ_PRMT(') < prmts, (kb, vb)   # fewer byte permutes than the transpose's
+            prmts = src.count('KVQ_PRMT(')
             mx.random.seed(1)
             k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
             q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
             mask = mx.random.uniform(shape=(1, 1, 1, 1, 700)) > 0.3
             outs.append(E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, 700))
-        for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb)
+        for other in outs[1:]:
+            for a, b in zip(outs[0], other): assert mx.array_equal(a, b).item(), (kb, vb)
     monkeypatch.setattr(AK, 'HLTAB', True)
     tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
     assert 'vhl_s' not in AK._decode_source(tk, tv, 4, 'cuda', fold='rot', lb=AK.HLTAB_LB)
