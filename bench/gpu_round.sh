@@ -378,6 +378,10 @@ case $part in
          SCH="cal:3,6" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" "HLDIR=False" "HLDIR=True"
          SCH="cal:4,5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"
          NCUFLAGS=--gemma SCH="cal:3,6" ncu_sets "$O/kerngemma.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" ;;
+  hldir2) SCH="cal:5,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"   # HLDIR with the wide codes' byte-offset lookups (`_field4`, keys and values): the decode kernel at 131K, issue's shape, cal:5,4 off / on (5-bit keys) and cal:3,6 on, then the calibrated GPU checks cut at 130 s (about 4 min)
+          SCH="cal:3,6" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=True"
+          mkdir -p "$O/check"; timeout 130 python3 bench/check_fused_cuda.py --quick --only check --cases kvq_turbo --out "$O/check" > "$O/check/run.log" 2>&1
+          grep -E "^kvq_turbo" "$O/check/run.log" | cut -c1-150; grep -E "failing|worst" "$O/check/run.log" | tail -2 ;;
   scv4) SCH="turbo:4 affine:4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "FEXP=True" "FEXP=False" "FEXP=True" "FEXP=False" ;;   # SCV4 alone (FEXP=False) against both on (the default): the decode kernel at 131K under Nsight Compute, alternating (about 3 min)
   lbexp) bash bench/lb_experiment.sh "$O" ;;   # more resident blocks (LB = 5 / 6: fewer registers, shorter chunks to fill the wave) against the default: the decode kernel at 131K under Nsight Compute, duration, grid, registers, achieved occupancy (about 4 min)
   lbpark) bash bench/lb_experiment.sh "$O" park ;;   # LB = 5 with PARK (the carried accumulators parked in shared memory through the key loop; off by default, emulator-checked by test_parked_accumulators) against the default, alternating (about 4 min; H200, 2026-12-01: slower, `bench/h200_20261201a/lbpark/`)
