@@ -229,18 +229,22 @@ def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_c
     return call
 
 @contextlib.contextmanager
-def _emulated(fold=True):
-    "MLX's custom kernel makers replaced by the emulator (`cuda_kernel`), with a fresh kernel cache (a source patched by a test is built anew); `fold=False`: `AK.FOLD` = 0"
-    saved = (getattr(mx.fast, 'cuda_kernel', None), getattr(mx.fast, 'metal_kernel', None), A._KERNELS, AK.FOLD)
+def _emulated(fold=True, ring=1):
+    """MLX's custom kernel makers replaced by the emulator (`cuda_kernel`), with a fresh kernel cache (a source patched by a
+    test is built anew); `fold=False`: `AK.FOLD` = 0; `ring`: `attention.RING` while it lasts (default 1: a launcher's
+    second call starts from the counters its first returned, so every two-call check covers the counters' reset;
+    `test_fold_counter_ring` checks the default ring; None: as it is)"""
+    saved = (getattr(mx.fast, 'cuda_kernel', None), getattr(mx.fast, 'metal_kernel', None), A._KERNELS, AK.FOLD, A.RING)
     mx.fast.cuda_kernel = mx.fast.metal_kernel = cuda_kernel
     A._KERNELS = {}
     if not fold: AK.FOLD = 0
+    if ring is not None: A.RING = ring
     try: yield
     finally:
         for nm, f in (('cuda_kernel', saved[0]), ('metal_kernel', saved[1])):
             if f is None: delattr(mx.fast, nm)
             else: setattr(mx.fast, nm, f)
-        A._KERNELS, AK.FOLD = saved[2:]
+        A._KERNELS, AK.FOLD, A.RING = saved[2:]
 
 def emulate(q, kplan, vplan, kparts, vparts, mask, n, backend='cuda'):
     """(m, l, o) of the decode + combine kernels for prepared queries q (B, Hkv, G, 1, D), as `fused_decode_partial`
@@ -261,10 +265,8 @@ def emulate_final(queries, kplan, vplan, kparts, vparts, mask, n, scale):
     "The fused final path (`fused_decode`) with the combine kernel: raw queries prepared in the kernels, the combine normalizing and transforming back"
     return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, 1, False)
 
-def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=None):
-    """The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls of
-    one launcher (default `attention.RING` + 1: the last starts from the row counters the first returned)"""
-    if calls is None: calls = A.RING + 1
+def emulate_fold(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls=2):
+    "The final path in one launch (`attention_kernels.FOLD`): the decode kernel finishing the attention, `calls` calls chained on their row counters (`_emulated`'s ring of one)"
     S = -(-n // AK._chunk(n, kparts[0].shape[0] * kparts[0].shape[1], queries.shape[1] // kparts[0].shape[1]))
     assert AK.FOLD and AK._fold_ok(S, queries.shape[1] // kparts[0].shape[1], 32 * sum(AK._side_layout(vplan)[0])), 'a call the fold takes'   # (BMERGE: fewer partials than S)
     return _launch_final(queries, kplan, vplan, kparts, vparts, mask, n, scale, calls, True)
@@ -278,7 +280,7 @@ def final_tolerance(kc, vc, G, D):
     "`tolerance` plus, where the queries are float16 (`check_final`), the rounding of both outputs to float16 (one unit in the last place, 2**-10)"
     return tolerance(kc, vc, G, D) + (2 ** -10 if AK.MMA else 0.0)
 
-def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False, calls=None):
+def check_final(kc, vc, B, Hkv, G, D, n, masked, seed=0, fold=False, calls=2):
     """Max error of the emulated final path vs the blockwise reference (`_final_reference`), relative to the output's
     scale. The queries are float16 where the tensor-core kernel may serve (`AK.MMA`: a half-precision model's call), else float32"""
     mx.random.seed(seed)

@@ -145,7 +145,7 @@ def test_blocks_per_row():
             else: assert gx <= -(-S // 2) and R * gx <= AK.WAVE + R, (R, S, gx)
 
 def test_folded_path_needs_its_counters_zeroed(monkeypatch):
-    "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the call that starts from them (`attention.RING` + 1); the first call is right"
+    "Not vacuous: a kernel that leaves its returned counters as they came (garbage) fails on the second call (the emulator's launchers chain their counters: a ring of one); the first call is right"
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     orig = AK._fold_source
     monkeypatch.setattr(AK, '_fold_source', lambda *a: orig(*a).replace('cnext[(long)r * (1 + NGM) + i] = 0;', ';'))
@@ -155,7 +155,8 @@ def test_folded_path_needs_its_counters_zeroed(monkeypatch):
 def test_fold_counter_ring(monkeypatch):
     """Folded calls of one launcher take their row counters from a ring of `attention.RING` scratches: the first RING calls
     start from distinct zeroed arrays, call i from the scratch call i - RING returned (so RING consecutive calls share no
-    buffer and a CUDA graph may overlap them), and every call's answer is the reference's; with RING = 1, the chain"""
+    buffer and a CUDA graph may overlap them), and every call's answer is the reference's; the default ring, then RING = 1
+    (the chain, which the emulator's other launchers use)"""
     name, kc, vc, B, Hkv, G, D, n = FINAL[0]
     seen, real = [], E.cuda_kernel
     def recording(*a, **k):
@@ -173,9 +174,10 @@ def test_fold_counter_ring(monkeypatch):
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
     kparts, vparts = kc.encode(k), vc.encode(v)
     ref = A._final_reference(q, kp, vp, kparts, vparts, None, n, D ** -0.5).astype(mx.float32)
-    for ring in (3, 1):
+    assert A.RING > 1
+    for ring in (A.RING, 1):   # the default, then the chain
         monkeypatch.setattr(A, 'RING', ring); seen.clear()
-        with E._emulated(True):
+        with E._emulated(True, ring=None):
             _, run = A._make_final_launcher(q, kp, vp, kparts, D ** -0.5, 'cuda')
             outs = [run(q, kparts, vparts, n) for _ in range(2 * ring + 1)]
         assert len(seen) == 2 * ring + 1
