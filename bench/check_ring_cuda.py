@@ -4,7 +4,7 @@ reference attention over the same stored codes, on the GPU. Every call must come
 (`attention._fast_final`), which this script confirms, and the calls are more than RING per evaluation, so later ones
 start from counters an earlier call of the same evaluation returned.
 
-    python3 bench/check_ring_cuda.py [--calls 12] [--out DIR]
+    python3 bench/check_ring_cuda.py [--calls 12]
 """
 import argparse, sys, time, warnings
 from pathlib import Path
@@ -53,7 +53,6 @@ def run(scheme, B, Hkv, G, D, n, calls, dtype=mx.float16, seed=0):
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
     ap.add_argument('--calls', type=int, default=12)
-    ap.add_argument('--out', default='.')
     a = ap.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, MLX {mx.__version__}, RING {A.RING}, {a.calls} calls an evaluation", flush=True)
     bad = total = 0

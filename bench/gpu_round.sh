@@ -360,7 +360,7 @@ case $part in
          NCUFLAGS=--gemma SCH="turbo:4 auto:5" ncu_sets "$O/kerngemma.txt" "mlx_kvq_decode_[0-9a-f]" "FEXP=False SCV4=False" "FEXP=True SCV4=True" "FEXP=False SCV4=False" "FEXP=True SCV4=True" ;;   # 4K and Gemma's shape (about 4 min)
   ringcheck) mkdir -p "$O/simt4"   # the launchers' ring of fold counters (RING = 4, the default since 2026-12-01): 12 independent calls an evaluation per configuration against the reference, beside the SIMT section's last 4 cases with FEXP (fexpcheck's run was cut before them), in parallel (about 3 min)
          timeout 300 python3 bench/check_fused_cuda.py --quick --only check --cases "1o/5o|2o/8o|turbo:4 / affine|affine:8 / turbo" --out "$O/simt4" > "$O/simt4/run.log" 2>&1 &
-         timeout 300 python3 bench/check_ring_cuda.py --out "$O" > "$O/ring.log" 2>&1; wait
+         timeout 300 python3 bench/check_ring_cuda.py > "$O/ring.log" 2>&1; wait
          cat "$O/ring.log" | cut -c1-200; grep -E "simt" "$O/simt4/run.log" | cut -c1-160; tail -2 "$O/simt4/run.log" | cut -c1-200 ;;
   ringbench) for run in "issue" "issue - RING=1" "issue --serial" "gemma" "gemma --serial"; do set -- $run; shp=$1 mode=${2:-} k=${3:-}; [ "$mode" = - ] && mode=; f="$O/${shp}${mode//-/_}${k:+_${k//=/_}}"   # one call per scheme with the ring of fold counters (RING = 4) and without (RING = 1: the chain), independent calls (the bench's default) and serial, issue's shape (5 schemes) and Gemma's (auto:5, turbo:4), 3 alternating rounds each (about 7 min)
            if [ $shp = issue ]; then KVQ_KNOBS=$k timeout 150 python3 bench/kvq_knobs.py bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 --context 4096 32768 131072 --calls 8 --repeats 5 --rounds 3 $mode --json "$f.json" > "$f.log" 2>&1
@@ -378,7 +378,7 @@ case $part in
          SCH="cal:3,6" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" "HLDIR=False" "HLDIR=True"
          SCH="cal:4,5" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"
          NCUFLAGS=--gemma SCH="cal:3,6" ncu_sets "$O/kerngemma.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True" ;;
-  hldir2) SCH="cal:5,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"   # HLDIR with the wide codes' byte-offset lookups (`_field4`, keys and values): the decode kernel at 131K, issue's shape, cal:5,4 off / on (5-bit keys) and cal:3,6 on, then the calibrated GPU checks cut at 130 s (about 4 min)
+  hldir2) SCH="cal:5,4" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=False" "HLDIR=True"   # HLDIR with the wide codes' byte-offset lookups (`_tab_at`, keys and values): the decode kernel at 131K, issue's shape, cal:5,4 off / on (5-bit keys) and cal:3,6 on, then the calibrated GPU checks cut at 130 s (about 4 min)
           SCH="cal:3,6" ncu_sets "$O/kern131.txt" "mlx_kvq_decode_[0-9a-f]" "HLDIR=True"
           mkdir -p "$O/check"; timeout 130 python3 bench/check_fused_cuda.py --quick --only check --cases kvq_turbo --out "$O/check" > "$O/check/run.log" 2>&1
           grep -E "^kvq_turbo" "$O/check/run.log" | cut -c1-150; grep -E "failing|worst" "$O/check/run.log" | tail -2 ;;

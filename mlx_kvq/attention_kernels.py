@@ -1004,17 +1004,17 @@ def _mma_ok(kplan, vplan, G):
         if not all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0 for b in plan.bands): return False
     return True
 
-def _field(arr, off, width):
-    "Source: the `width`-bit field at compile-time bit `off` of the word array `arr` (inside one word or across two)"
-    wi, s, m = off >> 5, off & 31, (1 << width) - 1
-    if s + width <= 32: return f"(({arr}[{wi}] >> {s}) & {m}u)" if s else f"({arr}[{wi}] & {m}u)"
-    return f"((({arr}[{wi}] >> {s}) | ({arr}[{wi + 1}] << {32 - s})) & {m}u)"
+def _field(arr, off, width, up=0):
+    """Source: the `width`-bit field at compile-time bit `off` of the word array `arr` (inside one word or across two),
+    times 2^`up` (`up` = 2: a byte offset into a table of 32-bit words, the shift folded into the extraction's)"""
+    wi, s, m = off >> 5, off & 31, ((1 << width) - 1) << up
+    r = s - up   # the right shift
+    if s + width <= 32: return f"(({arr}[{wi}] >> {r}) & {m}u)" if r > 0 else f"({arr}[{wi}] & {m}u)" if r == 0 else f"(({arr}[{wi}] << {-r}) & {m}u)"
+    return f"((({arr}[{wi}] >> {r}) | ({arr}[{wi + 1}] << {32 - r})) & {m}u)"
 
-def _field4(arr, off, width):
-    "Source: 4 x the `width`-bit field at compile-time bit `off` of the word array `arr`, as `_field` reads it (a byte offset into a table of words: the shift by 2 folded into the extraction's)"
-    wi, s, m = off >> 5, off & 31, ((1 << width) - 1) << 2
-    if s + width <= 32: return f"(({arr}[{wi}] >> {s - 2}) & {m}u)" if s >= 2 else f"(({arr}[{wi}] << {2 - s}) & {m}u)"
-    return f"((({arr}[{wi}] >> {s - 2}) | ({arr}[{wi + 1}] << {34 - s})) & {m}u)"
+def _tab_at(tab, toff, arr, off, bits, ty):
+    "Source: the `ty` entry (4 bytes) of table `tab` at `toff` plus the `bits`-bit code at bit `off` of `arr`, the code extracted as a byte offset (`_field` with `up` = 2: no multiply, the table's address folded into the load)"
+    return f"*reinterpret_cast<const {ty}*>(reinterpret_cast<const unsigned char*>({tab} + {toff}) + {_field(arr, off, bits, 2)})"
 
 def _funnel(name, W, aligned):
     "Source: the end of a word-range load: `name[0..W)` = the `raw` words, shifted right by `s0 & 31` across word pairs where the range does not start on a word"
@@ -1097,8 +1097,9 @@ def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None, hl=None):
         if _DIAG == 'nolds': return f"const uint32_t {out} = ({fld}) * 0x00410041u;"   # bench only: no table lookup (wrong values)
         return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff} + {fld} * {4 * rep});"
     if hl and b.table is not None: return f"const uint32_t {out} = {_hl_pick(hl, toff, arr, off, b.bits, 0x5410)};"
-    v = (lambda o: f"*reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>({tab} + {toff}) + {_field4(arr, o, b.bits)})") if b.table is not None and HLDIR \
-        else (lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]") if b.table is not None else (lambda o: f"(float){_field(arr, o, b.bits)}")   # (HLDIR: the code's field extracted as a byte offset)
+    if b.table is None: v = lambda o: f"(float){_field(arr, o, b.bits)}"
+    elif HLDIR: v = lambda o: _tab_at(tab, toff, arr, o, b.bits, 'float')
+    else: v = lambda o: f"{tab}[{toff} + {_field(arr, o, b.bits)}]"
     return f"uint32_t {out}; KVQ_H2({out}, {v(off)}, {v(off + b.bits)});"
 
 def _hl_pick(hl, toff, arr, off, bits, sel):
@@ -1506,7 +1507,7 @@ def _vtlo(vplan):
 
 HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1 (each pair of ranges from one run); the issue's (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 190.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
 HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
-HLDIR = True             # HLTAB in the lean value loop: a fragment register (two tokens' halves of one channel) permuted straight from the two tokens' (high, low) words, one byte permute each (8 per channel pair and 4 tokens, high and low parts); and every code of more than 4 bits looked up in a table (keys' and values', `_pair`, and HLTAB's) extracted as a byte offset (`_field4`: the shift by 2 folded into the extraction's, the table's address into the load), no multiply per lookup; False: each token's pair of channels first, then the transpose (16), and the index times 4 per lookup. H200, 2026-12-01, Nsight Compute, 131K, off -> on (`bench/h200_20261201b/hldir/`): issue's shape cal:3,6 171.9-173.9 -> 160.5-163.9 us, cal:4,5 184.6-185.0 -> 172.8-174.0; Gemma's cal:3,6 64.0-65.6 -> 63.0-63.5; with `_field4` (`hldir2/`) cal:5,4 178.1-179.1 -> 173.3-174.7, cal:3,6 155.8-158.0
+HLDIR = True             # HLTAB in the lean value loop: a fragment register (two tokens' halves of one channel) permuted straight from the two tokens' (high, low) words, one byte permute each (8 per channel pair and 4 tokens, high and low parts); and every code of more than 4 bits looked up in a table (keys' and values', `_pair`, and HLTAB's) extracted as a byte offset (`_tab_at`, `_field` with `up` = 2: the shift by 2 folded into the extraction's, the table's address into the load), no multiply per lookup; False: each token's pair of channels first, then the transpose (16), and the index times 4 per lookup. H200, 2026-12-01, Nsight Compute, 131K, off -> on (`bench/h200_20261201b/hldir/`): issue's shape cal:3,6 171.9-173.9 -> 160.5-163.9 us, cal:4,5 184.6-185.0 -> 172.8-174.0; Gemma's cal:3,6 64.0-65.6 -> 63.0-63.5; with the byte offsets (`hldir2/`) cal:5,4 178.1-179.1 -> 173.3-174.7, cal:3,6 155.8-158.0
 
 def _hl_words(vplan):
     "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
@@ -1942,8 +1943,7 @@ def _lean_values(vplan, G, rep, carry=False):
                 frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
             elif hl and HLDIR and b.table is not None and b.bits > 4:   # each code's (high, low) halves in one word: a fragment register (two tokens, one channel) is one byte permute of two tokens' words
                 for e in range(4):
-                    regs += [f"const uint32_t L{e}{k} = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const unsigned char*>({hl} + {vtoff[i]}) + {_field4(f'y{e}{i}', (2 * mt + k) * b.bits, b.bits)});"
-                             for k in range(2)]   # (the field extracted as a byte offset: no multiply per lookup, the table's address an immediate)
+                    regs += [f"const uint32_t L{e}{k} = {_tab_at(hl, vtoff[i], f'y{e}{i}', (2 * mt + k) * b.bits, b.bits, 'uint32_t')};" for k in range(2)]
                 pick = lambda s: f"{{KVQ_PRMT(L00, L10, {s}), KVQ_PRMT(L01, L11, {s}), KVQ_PRMT(L20, L30, {s}), KVQ_PRMT(L21, L31, {s})}}"
                 frag, lfrag = pick('0x5410'), pick('0x7632')
             else:
