@@ -14,7 +14,7 @@ import mlx.core as mx
 from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, _scaled, _pairs, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
-from .calibrated import HalfCodec, CalibratedTurboCodec
+from .calibrated import HalfCodec, CalibratedTurboCodec, _cal_bands, _cal_consts
 from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header, _qmap_threads
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
@@ -737,14 +737,17 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     def tail_kernel(cap, kc, vc, w, lb):
         "(folded kernel for `cap` staged tokens (w: and the step's token, written; lb: its launch bounds), its inputs with the constants in place), or False where these codecs cannot stage"
         if not (_codec_stages(kc, kplan) and _codec_stages(vc, vplan) and folds): return False
-        consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in ((_signs_of(c.rotation), _scaled(c.codebook, wd, 'boundaries'), _scaled(c.codebook, wd, 'centroids'))
-                                                                       if type(c) is TurboCodec else (tsc, tsc, tsc))]   # (an affine side reads none of them)
+        consts = [tsc] + [x for c, wd in ((kc, D), (vc, Dv)) for x in _tail_consts(c, wd, tsc)]
         pack, cst = _packed(fconsts + list(zip(_TAIL_CONSTANTS, consts)))
         kern, tnames = _get_kernel(kplan, vplan, G, backend, qprep, half, fin, (D, cap, kspec, vspec, w), pack, lb)
         ins, (i_q, i_m, i_mask), pat = _input_slots(kplan, vplan, tnames, {'cst': cst})
         ins[i_mask] = _mask_input(None, B, 0)
         at = [tnames.index(nm) for nm in ('cnt', 'ts')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
         return kern, ins, (i_q, i_m, *at), pat
+    def qprepared(q):
+        "The decode kernel's query input: mapped by the query kernel for 'dense' keys (the calibrated codecs'), else as it comes"
+        return prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
+                    output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
     def staged(q, kp, vp, n, sb, T, kc, vc, nk=None, nv=None):
         """Output of a call over n stored and the first T staged tokens of the staging buffer sb (B, Hkv, capacity, D + Dv:
         each token's key, then its value; codecs kc, vc), or None where the folded kernel cannot take it. With nk, nv
@@ -770,7 +773,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         if tk is None: tk = tails[(cap, w, call[4])] = tail_kernel(cap, kc, vc, w, call[4])
         if tk is False: return None
         ins, at = tk[1][:], tk[2]
-        ins[at[0]] = mx.contiguous(q); ins[at[1]] = t[1][T]; ins[at[3]] = sb
+        ins[at[0]] = qprepared(q); ins[at[1]] = t[1][T]; ins[at[3]] = sb
         for i, s_, j in tk[3]: ins[i] = (kp, vp)[s_][j]
         if w: ins[at[4]] = nk; ins[at[5]] = nv
         with _CHAIN:   # threads building steps at once: each call takes the oldest counters of the ring (`RING`), never the same as another
@@ -786,8 +789,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
             return None if mask is not None or tail[5] is None else staged(q, kp, vp, n, tail[5], *tail[2:5])
         meta, S = step_meta(n, mask is not None)
         grid, fk, shapes, kernel, _ = call_of(S, 0 if mask is None else -1)
-        qin = prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
-                   output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
+        qin = qprepared(q)
         if fk is not None:    # one launch: the decode kernel finishes the attention
             ins = list(fbase)
             ins[fiq], ins[fim], ins[fimask] = qin, meta, _mask_input(mask, B, n)
@@ -879,17 +881,28 @@ def stage_capacity(k_codec, v_codec):
     return got[2] if got is not None and got[0] is k_codec and got[1] is v_codec else 0
 
 def _stageable(kplan, vplan):
-    "Whether the folded decode kernel quantizes staged tokens of these plans: per side one Walsh-Hadamard turbo band ('rot') or affine ('plain')"
-    return _finish_kind(kplan) in ('rot', 'plain') and _finish_kind(vplan) in ('rot', 'plain')
+    """Whether the folded decode kernel quantizes staged tokens of these plans: per side one Walsh-Hadamard turbo band
+    ('rot'), affine ('plain') or calibrated bands ('dense'; the codec decides: `_codec_stages`)"""
+    return _finish_kind(kplan) in ('rot', 'plain', 'dense') and _finish_kind(vplan) in ('rot', 'plain', 'dense')
 
 def _tail_spec(plan):
-    "A side's staged quantization as `_tail_source` takes it: the turbo bits, or ('affine', bits, group size)"
+    "A side's staged quantization as `_tail_source` takes it: the turbo bits, ('affine', bits, group size), or ('cal', [(n, bits, has_idx)] of its bands)"
     b = plan.bands[0]
+    if _finish_kind(plan) == 'dense': return ('cal', tuple((b.n, b.bits, b.idx is not None) for b in plan.bands))
     return b.bits if plan.kind == 'turbo' else ('affine', b.bits, b.group_size)
 
 def _codec_stages(codec, plan):
-    "Whether the kernel's staged quantization of this side is its codec's own: a plain TurboCodec ('rot') or AffineCodec ('plain')"
+    """Whether the kernel's staged quantization of this side is its codec's own: a plain TurboCodec ('rot'), AffineCodec
+    ('plain'), or a CalibratedTurboCodec ('dense', its pair kernel's arithmetic on the bands the plan reads)"""
+    if type(codec) is CalibratedTurboCodec and _finish_kind(plan) == 'dense':
+        return _tail_spec(plan)[1] == tuple(_cal_bands(codec, sum(b.n for b in plan.bands)))
     return (type(codec), _finish_kind(plan)) in ((TurboCodec, 'rot'), (AffineCodec, 'plain'))
+
+def _tail_consts(codec, width, tsc):
+    "The three constants a staged side reads (`_TAIL_CONSTANTS`): a turbo codec's signs, boundaries, centroids; a calibrated one's `_cal_consts` (then two unread); none for affine"
+    if type(codec) is TurboCodec: return _signs_of(codec.rotation), _scaled(codec.codebook, width, 'boundaries'), _scaled(codec.codebook, width, 'centroids')
+    if type(codec) is CalibratedTurboCodec: return _cal_consts(codec, width), tsc, tsc
+    return tsc, tsc, tsc
 
 def _record_stage_capacity(k_codec, v_codec, kplan, vplan, G, D, VDP):
     "Record `stage_capacity` for a verified decode configuration: the largest of 32, 16, 8, 4 that folds at FOLD chunks"

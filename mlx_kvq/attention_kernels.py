@@ -9,6 +9,7 @@ from __future__ import annotations
 import re, threading
 
 from .packing import _QROT_CUDA, _QNORM_CUDA, _QCODE_CUDA, _AFFINE_QUANT_CUDA   # the quantize kernels' arithmetic, which the fold runs on staged tokens
+from .calibrated import _cal_quant_source, _cal_offsets   # the calibrated pair kernel's, for calibrated staged tokens
 
 # %% auto #0
 __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA',
@@ -600,15 +601,40 @@ def _tail_side(spec, width):
     codes and a norm per token) or ('affine', bits, group size) (codes and a scale and bias per group, as `mx.quantize`
     makes them); returns (kind, bits, group size, floats per token held beside the codes)"""
     if isinstance(spec, int): return 'turbo', spec, width, 1
+    if spec[0] == 'cal':   # a calibrated side ('cal', bands): codes of every band, a gamma per band
+        if sum(n for n, _, _ in spec[1]) != width: raise ValueError(f"no staged quantization for {spec!r} at width {width}")
+        return 'cal', None, None, len(spec[1])
     kind, bits, gs = spec
     if kind != 'affine' or width % gs or gs % 32: raise ValueError(f"no staged quantization for {spec!r} at width {width}")
     return 'affine', bits, gs, 2 * (width // gs)
+
+def _band_offsets(bands):
+    "(each band's first channel side by side, its first padded coordinate (whole 32-channel slices, as the kernels lay bands out), the padded width) of a calibrated side's bands [(n, bits, has_idx)]"
+    boff, poff, b, p = [], [], 0, 0
+    for n, _, _ in bands: boff.append(b); poff.append(p); b += n; p += 32 * _nslices(n)
+    return boff, poff, p
+
+def _band_select(var, starts, expr):
+    "Source: `expr(i)` for the band i whose first channel (`starts`) is the last at or below `var`, as a chain of conditionals"
+    out = expr(len(starts) - 1)
+    for i in range(len(starts) - 2, -1, -1): out = f"{var} < {starts[i + 1]} ? {expr(i)} : ({out})"
+    return out
 
 def _tail_floats(G, VDP, tail):
     "Floats of the score buffer a staged call's tail uses after the fold's outputs (`_tail_source`); tail = (key dim, stage capacity, key spec, value spec, ...)"
     if not tail: return 0
     D, cap = tail[0], tail[1]
-    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], VDP)[3]) + -(-cap * (D + VDP) // 4)
+    Dv = _tail_width(tail[3], VDP)
+    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], Dv)[3]) + -(-cap * (D + VDP) // 4) + _tail_scratch(D, Dv, tail[2], tail[3])
+
+def _tail_width(spec, VDP):
+    "The staged values' width: a calibrated side's channels (its bands side by side, `VDP` their padded width), else VDP"
+    return sum(n for n, _, _ in spec[1]) if isinstance(spec, tuple) and spec[0] == 'cal' else VDP
+
+def _tail_scratch(D, Dv, kspec, vspec):
+    "Floats a calibrated side's staged quantization needs after the staged codes: a warp's centred row and one band of it, per warp"
+    cal = [(w, s[1]) for w, s in ((D, kspec), (Dv, vspec)) if isinstance(s, tuple) and s[0] == 'cal']
+    return _NW * (max(w for w, _ in cal) + max(n for _, b in cal for n, _, _ in b)) if cal else 0
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
@@ -643,8 +669,20 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     more than an input, `bench/host_inputs_cuda.py`) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     kkind, _, kgs, KN = _tail_side(KSPEC, D)
     vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
+    SCR = _tail_scratch(D, Dv, KSPEC, VSPEC) // _NW                       # a warp's scratch for a calibrated side: its centred row, then a band
+    SD = max([w for w, s in ((D, KSPEC), (Dv, VSPEC)) if _tail_side(s, w)[0] == 'cal'] or [0])
+    tsw = f"        float* const tsw = reinterpret_cast<float*>(tkc) + {-(-CAP * (D + VDP) // 4)};   // then the warps' scratch (`_tail_scratch`)" if SCR else ""
     def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it
         kind, bits, gs, _ = _tail_side(spec, width)
+        if kind == 'cal':   # the calibrated pair kernel's text (`_cal_quant_source`): the constants `_cal_consts` in the signs' place
+            boff = _band_offsets(spec[1])[0]
+            return f"""                const T* const xr = {x};
+                const float* const C = {signs};
+                float* const tys = tsw + warp * {SCR};
+                float* const tyb = tys + {SD};
+""" + _cal_quant_source(width, spec[1], "tys", "tyb", lambda i: f"{codes}[{boff[i]} + r] = (unsigned char)code;",
+                        lambda i, g: f"{aux}[{i}] = __half2float(__float2half_rn({g}));   // as the pair kernel stores it (float16)",
+                        lambda i, n, b: "            __syncwarp();\n")
         if kind == 'affine':
             return f"""                constexpr int GS = {gs}, NGR = {width // gs}, VPR = GS / 32;
                 constexpr float NB = {float((1 << bits) - 1)}f;
@@ -672,12 +710,28 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
 {_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
 """
         kdot = "for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];\n            tw[g * TC + t] = s * tn[t];"
+    elif kkind == 'cal':   # the prepared queries (`q`: each band's coordinates padded to whole slices, scaled) without the padding; a band's sum times its gamma
+        boff, poff, KDP = _band_offsets(KSPEC[1])
+        qprep = f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
+"""
+        oc = [o[3] for o in _cal_offsets(D, KSPEC[1])[0]]
+        kdot = "".join(f"{{ float sb = 0.0f; for (int j = 0; j < {n}; ++j) sb += qg[{boff[i] + 0} + j] * sgk[{oc[i]} + kc[{boff[i]} + j]]; s += sb * tn[t * KN + {i}]; }}\n            "
+                       for i, (n, _, _) in enumerate(KSPEC[1])) + "tw[g * TC + t] = s;"
     else:
         qprep = """                for (int d = lane; d < TD; d += 32) tq[task * TD + d] = (float)q[((long)r * G + task) * TD + d] * tsc[0];
 """
         kdot = f"const float* const ka = tn + t * {KN};\n            for (int d = 0; d < TD; ++d) s += qg[d] * ((float)kc[d] * ka[2 * (d / {kgs})] + ka[2 * (d / {kgs}) + 1]);\n            tw[g * TC + t] = s;"
     vterm = ("tn[TC * KN + t] * cev[tvc[t * TV + e]]" if vkind == 'turbo' else
              f"((float)tvc[t * TV + e] * tn[TC * KN + t * VN + 2 * (e / {vgs})] + tn[TC * KN + t * VN + 2 * (e / {vgs}) + 1])")
+    vsum, vacc = 'TV', f"for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * {vterm};"
+    if vkind == 'cal':   # the output's coordinates are the bands' padded ones (the 'dense' finish maps them back): a band's code times its gamma, 0 in the padding
+        boff, poff, _ = _band_offsets(VSPEC[1])
+        oc = [o[3] for o in _cal_offsets(Dv, VSPEC[1])[0]]
+        vsum = 'VDP'
+        vacc = " else ".join(f"""if (e < {poff[i] + 32 * _nslices(n)}) {{
+                const int j = e - {poff[i]};
+                if (j < {n}) for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * tn[TC * KN + t * VN + {i}] * sgv[{oc[i]} + tvc[t * TV + {boff[i]} + j]];
+            }}""" for i, (n, _, _) in enumerate(VSPEC[1]))
     src = "so" if WRITE else "ts"
     write = f"""        {{   // the staging buffer after this step: the held tokens, this step's (nk, nv, by their strides) at TT - 1
             const int wb = r / meta[2], wh = r - wb * meta[2];
@@ -699,6 +753,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
         float* const tn = tq + G * TD;           // TC x KN key norms / scales and biases, TC x VN value ones
         unsigned char* const tkc = reinterpret_cast<unsigned char*>(tn + TC * (KN + VN));   // TC x TD key codes
         unsigned char* const tvc = tkc + TC * TD;                                           // TC x TV value codes
+{tsw}
         for (int task = warp; task < G + 2 * TT; task += {_NW}) {{
             if (task < G) {{                     // head `task`'s query, as the keys' codes take it
 {qprep}            }} else if (task < G + TT) {{         // staged key t
@@ -732,10 +787,10 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
             }}
         }}
         KVQ_SYNC();
-        for (int i = tid; i < G * TV; i += {NT}) {{   // the staged values' weighted sum merged into the output (rotated for turbo values)
-            const int g = i / TV, e = i - g * TV;
+        for (int i = tid; i < G * {vsum}; i += {NT}) {{   // the staged values' weighted sum merged into the output (rotated for turbo values)
+            const int g = i / {vsum}, e = i - g * {vsum};
             float a = 0.0f;
-            for (int t = 0; t < TT; ++t) a += tw[g * TC + t] * {vterm};
+            {vacc}
             xs[g * VDP + e] = tm[2 * g] * xs[g * VDP + e] + tm[2 * g + 1] * a;
         }}
         KVQ_SYNC();
@@ -835,8 +890,8 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
         KVQ_SYNC();
 """
     if tail is not None:
-        if finish != {'turbo': 'rot', 'affine': 'plain'}[_tail_side(tail[3], Dv)[0]]:
-            raise ValueError(f"staged tokens are merged by the 'rot' finish (turbo values, one Walsh-Hadamard block) or the 'plain' one (affine values), not {finish!r}")
+        if finish != {'turbo': 'rot', 'affine': 'plain', 'cal': 'dense'}[_tail_side(tail[3], Dv)[0]]:
+            raise ValueError(f"staged tokens are merged by the 'rot' finish (turbo values, one Walsh-Hadamard block), the 'plain' one (affine values) or the 'dense' one (calibrated values), not {finish!r}")
         src += _tail_source(VDP, Dv, *tail)
     def mix(g, e, x): return f"({x})"   # (the staged tokens, if any, are merged into xs before the finish)
     if finish == 'plain':

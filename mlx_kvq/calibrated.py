@@ -171,40 +171,54 @@ class CalibratedTurboCodec(Codec):
 # words, straddling into the next word). Each side's constants are one float32 input (mean, scale, then per band its
 # channel indices, transposed matrix, boundaries and centroids; `_cal_consts`); the source is made per structure (head
 # dims, bands' sizes and widths, dtype), so every layer of one structure shares a kernel.
-def _cal_side_source(x, D, bands):
-    "Kernel text of one side (`x` 'k' or 'v'): `bands` = [(n, bits, has_idx)], outputs o{x}{i} words and g{x}{i} gammas"
-    src = [f"""        const T* const xr = x{x} + (size_t)row * {D};
-        const size_t orow = (size_t)(row / n) * cap + pos + (row % n);   // its row in the output storage
-        const float* const C = c{x};
-        for (int j = lane; j < {D}; j += 32) ys[warp][j] = __fmul_rn(__fsub_rn((float)xr[j], C[j]), C[{D} + j]);
-        __syncwarp();
-"""]
-    off = 2 * D
-    for i, (n, bits, has_idx) in enumerate(bands):
+def _cal_offsets(D, bands):
+    "Where each band's parts lie in a side's constants (`_cal_consts`): [(channel indices, rotation, boundaries, centroids)] and the constants' length"
+    offs, off = [], 2 * D
+    for n, bits, has_idx in bands:
         oi, orr = off, off + (n if has_idx else 0)
         ob = orr + n * n; oc = ob + (1 << bits) - 1; off = oc + (1 << bits)
-        W = -(-n * bits // 32)
-        src.append(f"""        {{   // band {i}: {n} channels, {bits} bits, {W} words
+        offs.append((oi, orr, ob, oc))
+    return offs, off
+
+def _cal_quant_source(D, bands, ys, yb, code, gamma, after):
+    """Kernel text of a warp quantizing one row `xr` (D values, any float type) by a side's constants `C` (`_cal_consts`)
+    as `_encode` does: centred and scaled into `ys[]`, then per band (`bands` = [(n, bits, has_idx)]) gathered into `yb[]`,
+    normalized, rotated, coded by the boundaries. `code(i)`: the statement that stores band i's `code` of rotated
+    coordinate `r`; `gamma(i, g)`: lane 0's statement storing its gamma `g` (a float expression); `after(i, n, bits)`: text
+    after each band's gamma. One text for the pair kernel (which packs the codes) and the decode kernel's staged tokens
+    (`attention_kernels._tail_source`, which attends them): the same operations in the same order, so both give the same codes"""
+    src = [f"""        for (int j = lane; j < {D}; j += 32) {ys}[j] = __fmul_rn(__fsub_rn((float)xr[j], C[j]), C[{D} + j]);
+        __syncwarp();
+"""]
+    for i, ((n, bits, has_idx), (oi, orr, ob, oc)) in enumerate(zip(bands, _cal_offsets(D, bands)[0])):
+        src.append(f"""        {{   // band {i}: {n} channels, {bits} bits, {-(-n * bits // 32)} words
             float ss = 0.0f;
-            for (int j = lane; j < {n}; j += 32) {{ const float v = ys[warp][{f'(int)C[{oi} + j]' if has_idx else 'j'}]; yb[warp][j] = v; ss = __fmaf_rn(v, v, ss); }}
+            for (int j = lane; j < {n}; j += 32) {{ const float v = {ys}[{f'(int)C[{oi} + j]' if has_idx else 'j'}]; {yb}[j] = v; ss = __fmaf_rn(v, v, ss); }}
             for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
             const float nrm = __fsqrt_rn(ss), inv = fmaxf(nrm, 1e-30f);
             __syncwarp();
-            for (int j = lane; j < {n}; j += 32) yb[warp][j] = __fdiv_rn(yb[warp][j], inv);
+            for (int j = lane; j < {n}; j += 32) {yb}[j] = __fdiv_rn({yb}[j], inv);
             __syncwarp();
             float uc = 0.0f, cc = 0.0f;
             for (int r = lane; r < {n}; r += 32) {{
                 float u = 0.0f;
-                for (int j = 0; j < {n}; ++j) u = __fmaf_rn(C[{orr} + j * {n} + r], yb[warp][j], u);
+                for (int j = 0; j < {n}; ++j) u = __fmaf_rn(C[{orr} + j * {n} + r], {yb}[j], u);
                 int code = 0;
                 for (int q = 0; q < {(1 << bits) - 1}; ++q) code += u > C[{ob} + q];
                 const float c = C[{oc} + code];
                 uc = __fmaf_rn(u, c, uc); cc = __fmaf_rn(c, c, cc);
-                cs[warp][r] = (unsigned char)code;
+                {code(i)}
             }}
             for (int o = 16; o > 0; o >>= 1) {{ uc += __shfl_xor_sync(0xffffffffu, uc, o); cc += __shfl_xor_sync(0xffffffffu, cc, o); }}
-            if (lane == 0) g{x}{i}[orow] = __float2half_rn(__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f)));
-            __syncwarp();
+            if (lane == 0) {gamma(i, '__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f))')}
+{after(i, n, bits)}        }}
+""")
+    return "".join(src)
+
+def _cal_pack_words(x, i, n, bits):
+    "Kernel text after band i's gamma in the pair kernel: the band's codes (`cs`) packed into its words of the output row"
+    W = -(-n * bits // 32)
+    return f"""            __syncwarp();
             for (int w = lane; w < {W}; w += 32) {{
                 unsigned int word = 0u;
                 const int j0 = (w * 32) / {bits}, j1 = min({n} - 1, (w * 32 + 31) / {bits});
@@ -216,9 +230,15 @@ def _cal_side_source(x, D, bands):
                 o{x}{i}[orow * {W} + w] = word;
             }}
             __syncwarp();
-        }}
-""")
-    return "".join(src), off
+"""
+
+def _cal_side_source(x, D, bands):
+    "Kernel text of one side (`x` 'k' or 'v'): `bands` = [(n, bits, has_idx)], outputs o{x}{i} words and g{x}{i} gammas"
+    return f"""        const T* const xr = x{x} + (size_t)row * {D};
+        const size_t orow = (size_t)(row / n) * cap + pos + (row % n);   // its row in the output storage
+        const float* const C = c{x};
+""" + _cal_quant_source(D, bands, "ys[warp]", "yb[warp]", lambda i: "cs[warp][r] = (unsigned char)code;",
+                        lambda i, g: f"g{x}{i}[orow] = __float2half_rn({g});", lambda i, n, bits: _cal_pack_words(x, i, n, bits)), _cal_offsets(D, bands)[1]
 
 _CALK = {}
 def _cal_copy_source(x, bands):

@@ -20,7 +20,7 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_emulator import calibrated_pair
+from kernel_emulator import calibrated_pair, calibrated
 
 CASES = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128),
          ('calibrated', *calibrated_pair(256), 4, 256)]   # auto:B's codecs on Gemma's shape: the 'dense' finish
@@ -98,19 +98,22 @@ def test_unmasked_kernel_holds_no_mask_code(monkeypatch):
 STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('turbo:3/4 d64 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 64, 32),
           ('turbo:4 d256', TurboCodec(4), TurboCodec(4, seed=1), 4, 256, 8), ('affine:8,4 d128', AffineCodec(8), AffineCodec(4), 4, 128, 32),
           ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32),
-          ('turbo:3/4 d128 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 128, 16), ('affine:4 d128 G8', AffineCodec(4), AffineCodec(4), 8, 128, 16)]
+          ('turbo:3/4 d128 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 128, 16), ('affine:4 d128 G8', AffineCodec(4), AffineCodec(4), 8, 128, 16),
+          ('calibrated 4o/4o d64', *calibrated_pair(64), 4, 64, 32), ('calibrated 4o/4o d128', *calibrated_pair(128), 4, 128, 16),   # the 'dense' finish, the pair kernel's quantization
+          ('calibrated 3o keys / affine:8 d64', calibrated(3, 0, 64), AffineCodec(8), 4, 64, 32), ('turbo:4 keys / calibrated 5o d128', TurboCodec(4), calibrated(5, 1, 128), 4, 128, 16)]
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 @pytest.mark.parametrize('mma', [True, False], ids=['tensor-core', 'simt'])
 def test_staged_kernel_compiles(case, mma, monkeypatch):
     """The folded kernel that also quantizes and merges a cache's staged tokens (`CodecKVCache.stage`; `_tail_source`:
-    turbo sides with the 'rot' finish, affine ones with the 'plain' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
+    turbo sides with the 'rot' finish, affine ones with the 'plain' finish, calibrated ones with the 'dense' finish), half-precision staging buffers as a float16 model's cache holds them, each stage
     capacity `attention.stage_capacity` gives these shapes; and its writing variant (the step's own token in)"""
     monkeypatch.setattr(AK, 'MMA', mma)
     _, kc, vc, G, D, cap = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
     ks, vs = A._tail_spec(kp), A._tail_spec(vp)
-    assert AK._fold_ok(AK.FOLD, G, D, (D, cap, ks, vs)) and (cap == 32 or not AK._fold_ok(AK.FOLD, G, D, (D, 2 * cap, ks, vs)))   # (32: the most a cache stages)
+    VDP = 32 * sum(AK._side_layout(vp)[0])
+    assert AK._fold_ok(AK.FOLD, G, VDP, (D, cap, ks, vs)) and (cap == 32 or not AK._fold_ok(AK.FOLD, G, VDP, (D, 2 * cap, ks, vs)))   # (32: the most a cache stages)
     for write in (False, True):   # (write: the step's token taken by its strides, the staging buffers written: `CodecKVCache._defer`)
         (regs, spill, smem), fin = CR.compile_decode(kp, vp, G, True, tail=(D, cap, ks, vs, write))
         assert fin == A._finish_kind(vp) and 0 < regs <= 255 and 0 < smem <= AK._SHARED_LIMIT['cuda']

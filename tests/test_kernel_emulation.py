@@ -46,6 +46,8 @@ def _pair(kc, vc, D):
     "The codecs of a case (the calibrated ones made for its head dim)"
     if kc is None: return E.calibrated_pair(D)
     if kc == 'mixed': return E.CASES[1][1], E.calibrated_pair(D)[1]
+    if kc == 'cal-affine': return E.calibrated(4, 0, D), AffineCodec(8)
+    if kc == 'turbo-cal': return TurboCodec(4), E.calibrated(5, 1, D)
     return kc, vc
 
 @pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
@@ -596,7 +598,10 @@ STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300, 8
           ('turbo:2 G16 d64', TurboCodec(2), TurboCodec(2, seed=1), 1, 1, 16, 64, 300, 4),          # 16 query heads (SIMT kernel): the smallest score buffer
           ('affine:8,4', AffineCodec(8), AffineCodec(4), 1, 2, 4, 128, 300, 8),                      # affine sides: quantized as mx.quantize does
           ('affine:4 g32 d64 G8 B2', AffineCodec(4, 32), AffineCodec(4, 32), 2, 2, 8, 64, 300, 8),
-          ('affine:3 g128 / turbo:4 d256', AffineCodec(3, 128), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8)]   # one side of each kind
+          ('affine:3 g128 / turbo:4 d256', AffineCodec(3, 128), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8),   # one side of each kind
+          ('calibrated 4o/4o d64', None, None, 1, 2, 4, 64, 300, 8),                                          # calibrated sides (auto:B's): the pair kernel's arithmetic
+          ('calibrated 4o keys / affine:8 d128 G8 B2', 'cal-affine', None, 2, 1, 8, 128, 300, 8),             # a calibrated side beside an affine one (auto:B on Llama shapes)
+          ('turbo:4 keys / calibrated 5o values', 'turbo-cal', None, 1, 2, 4, 128, 300, 8)]
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 def test_staged_tokens_merged_by_the_fold(case):
@@ -638,9 +643,31 @@ def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     wrong('const T* const xr = so + ', 'const T* const xr = ts + ')
     assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) > 1e-2
 
-@pytest.mark.parametrize('scheme', ['turbo:4', 'affine:4'])
+def test_calibrated_staged_merge_catches_a_wrong_kernel(monkeypatch):
+    """The staged checks of calibrated sides fail when the kernel's staged key scores leave out their bands' gammas,
+    stores a band's codes over another's, keeps the staged gammas in float32 (the pair kernel stores them in float16:
+    only the check against the stored tokens sees that), or weighs a staged value's second band by the first band's gamma"""
+    kc, vc = E.calibrated_pair(64)
+    B, Hkv, G, D, n = 1, 2, 4, 64, 300
+    orig = AK._tail_source
+    kb, vb = A._tail_spec(A.side_plan(kc, D)), A._tail_spec(A.side_plan(vc, D))
+    base = orig(96, D, D, 8, kb, vb)
+    def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
+        assert old in base, old
+        monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) <= 2e-6
+    wrong('s += sb * tn[t * KN + 0];', 's += sb;')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+    wrong('(tkc + t * TD)[8 + r] = (unsigned char)code;', '(tkc + t * TD)[r] = (unsigned char)code;')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+    wrong('(tn + t * KN)[0] = __half2float(__float2half_rn(', '(tn + t * KN)[0] = ((')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) > 2e-6
+    wrong('tn[TC * KN + t * VN + 1]', 'tn[TC * KN + t * VN + 0]')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+
+@pytest.mark.parametrize('scheme', ['turbo:4', 'affine:4', 'calibrated 3o/6o'])
 def test_staged_decode_steps(scheme, monkeypatch):
-    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4 / affine:4, float16) beside a cache
+    """A staging cache's decode steps as a GPU runs them (`CodecKVCache.stage` = 3, turbo:4 / affine:4 / calibrated, float16) beside a cache
     that quantizes every step's token: the first step quantizes (no decode call verified yet, `stage_capacity` 0), then
     each token goes to the staging buffers and a full stage is quantized by one pair launch at the next step; every
     step after the second (which verifies the staged kernel) is served by the memoized launcher's folded kernel with the
@@ -665,7 +692,8 @@ def test_staged_decode_steps(scheme, monkeypatch):
         return None if r is None else tuple((lambda *b, f=f: by_runner.append((i, f(*b))) or by_runner[-1][1]) for i, f in enumerate(r))
     monkeypatch.setattr(Q, 'staged_runner', runner)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 6
-    cache = TurboQuantKVCache(4, 4) if scheme == 'turbo:4' else Q.CodecKVCache(AffineCodec(4), AffineCodec(4)); cache.stage = 3
+    cache = (TurboQuantKVCache(4, 4) if scheme == 'turbo:4' else Q.CodecKVCache(AffineCodec(4), AffineCodec(4)) if scheme == 'affine:4'
+             else Q.CodecKVCache(E.calibrated(3, 0, D), E.calibrated(6, 1, D))); cache.stage = 3
     plain = Q.CodecKVCache(cache.k_codec, cache.v_codec); plain.stage = 0
     mx.random.seed(5)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16), mx.random.normal((B, Hkv, n0 + steps, D)).astype(mx.float16)
@@ -686,7 +714,7 @@ def test_staged_decode_steps(scheme, monkeypatch):
             assert out.dtype == mx.float16 and err <= 2e-3, (t, err)
             assert all(mx.array_equal(x, y).item() for x, y in zip(cache.dequantized(), plain.dequantized())), t
             del served[n_served:], by_runner[n_runner:]    # (the other cache's calls)
-    assert A.stage_capacity(cache.k_codec, cache.v_codec) == 32
+    assert A.stage_capacity(cache.k_codec, cache.v_codec) == (16 if scheme.startswith('calibrated') else 32)   # (the calibrated quantization's scratch: 16 at d128, 4 query heads)
     # the first step verified the kernel and registered the launcher (no launcher to ask yet), the second the staged kernel
     # (the launcher declined: None); the rest by the launcher: a stage's first step looked up (`_fast_final`), its
     # other two by the run the cache holds for the stage

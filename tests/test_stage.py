@@ -113,11 +113,14 @@ def test_stage_capacity_of_the_real_kernels():
     """What `attention` records for a verified decode configuration: 32 tokens for turbo and affine at head dim 64 / 128
     with 4 query heads per KV head and at 64 with 16, 8 at 256 (the embedded Gemma's), 16 with 8 query heads at 128
     (8 for affine before the fold merged in two levels: the score buffer held FOLD partial weights, now one per merge
-    group), none for calibrated codecs or where the score buffer is full (16 query heads at 128)"""
+    group), none where the score buffer is full (16 query heads at 128); calibrated codecs (auto:B's, quantized by their
+    pair kernel's arithmetic in a warp's scratch) 32 at head dim 64, 16 at 128, none at 256, and none for a calibrated
+    codec whose bands are not the ones the plan reads"""
     from mlx_kvq.attention import side_plan
+    from mlx_kvq.attention_kernels import _side_layout
     def cap(kc, vc, G, D):
         kc.check_dim(D); vc.check_dim(D)
-        A._record_stage_capacity(kc, vc, side_plan(kc, D), side_plan(vc, D), G, D, D)
+        A._record_stage_capacity(kc, vc, side_plan(kc, D), side_plan(vc, D), G, D, 32 * sum(_side_layout(side_plan(vc, D))[0]))
         return A.stage_capacity(kc, vc)
     assert cap(TurboCodec(4), TurboCodec(3, seed=1), 4, 128) == 32 and cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 64) == 32
     assert cap(TurboCodec(4), TurboCodec(4, seed=1), 4, 256) == 8 and cap(TurboCodec(4), TurboCodec(4, seed=1), 16, 128) == 0
@@ -125,8 +128,12 @@ def test_stage_capacity_of_the_real_kernels():
     assert cap(TurboCodec(4), TurboCodec(4, seed=1), 8, 128) == 16 and cap(TurboCodec(4), TurboCodec(4, seed=1), 16, 64) == 32
     assert cap(AffineCodec(4, 32), AffineCodec(4, 32), 4, 256) == 8 and cap(AffineCodec(4), AffineCodec(4), 16, 128) == 0
     import sys; sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
-    from kernel_emulator import calibrated_pair
-    assert cap(*calibrated_pair(128), 4, 128) == 0
+    from kernel_emulator import calibrated_pair, calibrated
+    assert cap(*calibrated_pair(128), 4, 128) == 16 and cap(*calibrated_pair(64), 4, 64) == 32 and cap(*calibrated_pair(256), 4, 256) == 0
+    assert cap(calibrated(3, 0, 64), AffineCodec(8), 4, 64) == 32 and cap(calibrated(3, 0, 128), AffineCodec(8), 4, 128) == 16   # beside affine values (auto:B on Llama shapes)
+    kc, vc = calibrated_pair(128)
+    other = side_plan(calibrated(3, 0, 128), 128)                               # bands of other widths than the codec quantizes
+    assert A._codec_stages(kc, side_plan(kc, 128)) and not A._codec_stages(kc, other)
     assert A.stage_capacity(TurboCodec(4), TurboCodec(4)) == 0     # codecs no decode call was verified for
 
 
