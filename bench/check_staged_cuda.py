@@ -1,4 +1,4 @@
-"""Staged decode tokens (`CodecKVCache.stage`; turbo and affine codecs) on the GPU, step by step: a staging cache beside one that quantizes every
+"""Staged decode tokens (`CodecKVCache.stage`; turbo, affine and calibrated codecs) on the GPU, step by step: a staging cache beside one that quantizes every
 step's token (stage 0), fed the same tokens and queries through `attend` (the folded kernel that quantizes the staged
 tokens itself, `attention_kernels._tail_source`, once verified). What must hold: both caches hold the same codes at
 every step (`dequantized` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
@@ -8,7 +8,10 @@ stored ones; one differing code would show as ~1e-3), and each output is within 
 2026-11-28 a kernel's first use returned the reference implementation's codes, which may differ from the kernel's at a
 boundary (one cache's prefill then held other codes than the other's: `bench/h200_20261128h/qstage_first/`).
 
-    python3 bench/check_staged_cuda.py [--out DIR]
+    python3 bench/check_staged_cuda.py [--out DIR] [--cases TEXT]
+
+Calibrated cases (since 2026-12-01, `auto:B`'s codecs, `bench/calcodecs.py`): the kernel quantizes their staged tokens
+by the calibrated pair kernel's own text; the stored side is that pair kernel's (one launch a stage, or a step).
 """
 import argparse, json, sys, time
 from pathlib import Path
@@ -21,6 +24,16 @@ from mlx_kvq.codecs import codec_attention
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turbo_codec import TurboCodec
+from mlx_kvq.calibrated import CalibratedTurboCodec
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from calcodecs import calibrated
+
+
+def one_band(bits, seed, D):
+    "A calibrated codec without an outlier band (centred and scaled: what `auto:B` plans as tqBcs)"
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32), dim=D)
 
 
 def rel(a, b):
@@ -29,10 +42,10 @@ def rel(a, b):
 
 
 def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
-    "kbits / vbits: turbo bits, or an affine codec"
+    "kbits / vbits: turbo bits, or a codec (affine, calibrated)"
     mx.random.seed(0)
-    kc = kbits if isinstance(kbits, AffineCodec) else TurboCodec(kbits)
-    vc = vbits if isinstance(vbits, AffineCodec) else TurboCodec(vbits, seed=1)
+    kc = kbits if not isinstance(kbits, int) else TurboCodec(kbits)
+    vc = vbits if not isinstance(vbits, int) else TurboCodec(vbits, seed=1)
     w = CodecKVCache(kc, vc); w.stage = 0   # the quantize kernels verified first: a first use returns the reference's codes
     w.update_and_fetch(*(mx.random.normal((B, Hkv, 2, D)).astype(dtype),) * 2); w.update_and_fetch(*(mx.random.normal((B, Hkv, 1, D)).astype(dtype),) * 2)
     c, p = CodecKVCache(kc, vc), CodecKVCache(kc, vc); c.stage, p.stage = stage, 0
@@ -66,7 +79,11 @@ def main():
     cases = [('turbo:4 d128', 4, 4, 1, 8, 4, 128, 5000), ('turbo:4 d64 B2', 4, 4, 2, 8, 4, 64, 3000),
              ('turbo:3/4 d128 G8', 3, 4, 1, 4, 8, 128, 4000), ('turbo:4 d256 (Gemma)', 4, 4, 1, 1, 4, 256, 3000),
              ('affine:4 d128', AffineCodec(4), AffineCodec(4), 1, 8, 4, 128, 5000), ('affine:8,4 d64 B2', AffineCodec(8), AffineCodec(4), 2, 8, 4, 64, 3000),
-             ('affine:3 g32 / affine:6 g128 d256', AffineCodec(3, 32), AffineCodec(6, 128), 1, 1, 4, 256, 3000)]
+             ('affine:3 g32 / affine:6 g128 d256', AffineCodec(3, 32), AffineCodec(6, 128), 1, 1, 4, 256, 3000),
+             ('calibrated 3o/6o d64 (Llama-3.2-1B)', calibrated(3, 0, 64), calibrated(6, 1, 64), 1, 8, 4, 64, 3000),
+             ('calibrated 2 / 6, one band d64 B2', one_band(2, 0, 64), one_band(6, 1, 64), 2, 8, 4, 64, 3000),
+             ('calibrated 4o keys / affine:8 d64', calibrated(4, 0, 64), AffineCodec(8), 1, 8, 4, 64, 3000),
+             ('calibrated 4o/5o d128', calibrated(4, 0, 128), calibrated(5, 1, 128), 1, 8, 4, 128, 4000)]
     for dt in (mx.float32, mx.float16, mx.bfloat16):
         for c in cases:
             if a.cases in c[0]: rows += case(*c, dt)

@@ -403,6 +403,12 @@ case $part in
          grep -c "using the reference" "$O/layer/run.log" "$O/gemma/run.log" ;;
   status2) timeout 570 python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:4 affine:8,4 --context 32768 131072 --steps 64 ${ROUNDS:+--rounds $ROUNDS} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; tail -14 "$O/whole.log"; grep -c "using the reference" "$O/whole.log" ;;   # the issue's whole-model bar: greedy decode tokens/s, Llama-3.2-1B shape (about 8 min)
+  calstage) timeout 300 python3 bench/check_staged_cuda.py --cases calibrated --out "$O" > "$O/staged.log" 2>&1; grep SUMMARY "$O/staged.log" | cut -c1-700   # calibrated codecs' staged tokens (2026-12-01): quantized in the folded kernel by the pair kernel's text, step by step against stage 0 and the reference, then decode steps through the caches with stage 3 (about 5 min)
+            grep -c "using the reference" "$O/staged.log"
+            KVQ_KNOBS="CodecKVCache.stage=3" timeout 250 python3 bench/check_decode_steps.py --schemes "calibrated 4o5" --steps 8 --out "$O/steps" > "$O/steps.log" 2>&1; tail -3 "$O/steps.log" | cut -c1-300 ;;
+  calstage0) for k in "CodecKVCache.stage=0" "CodecKVCache.stage=32"; do f="$O/whole32_${k#*=}"   # whole model at 32K, fp16 / auto:5 with calibrated staging (the default since 2026-12-01) and without (stage 0: each step quantized and written, as before), one run each (about 5 min)
+              KVQ_KNOBS=$k timeout 270 python3 bench/kvq_knobs.py bench --whole-model llama-3.2-1b --kv fp16 auto:5 --context 32768 --steps 64 --rounds 2 --json "$f.json" > "$f.log" 2>&1
+              grep -E "^\| [0-9]" "$f.log" | sed "s/^/$k: /"; grep -c "using the reference" "$f.log"; done ;;
   wholeauto) timeout 570 python3 -m mlx_kvq bench --whole-model ${SHAPE:-llama-3.2-1b} --kv ${KV:-fp16 turbo:4 affine:4 auto:5} --context ${CTX:-32768 131072} --steps 64 --rounds ${ROUNDS:-3} \
              --json "$O/whole.json" > "$O/whole.log" 2>&1; grep -vE "Warn|warn" "$O/whole.log" | tail -30; grep -c "using the reference" "$O/whole.log" ;;   # whole model with the default auto:5 beside fp16 / turbo:4 / affine:4 (2026-11-30: auto:5 one call was slower than fp16 on this shape's layer)
   gemmalayers) timeout ${LIMIT:-420} python3 bench/gemma_layers.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --kv ${KV:-turbo:4 affine:4} --rounds ${ROUNDS:-3} --profile ${PROF:-16} \
