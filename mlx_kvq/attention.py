@@ -708,7 +708,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     seen = [(None, 0)]   # (the staging buffer last checked (its dtype and head dims), its capacity)
     mtab = [None, None]   # without / with a mask: `_meta_table` (as `_step` keeps them, held here: a step hashes no key)
     calls = {}       # (chunks, stage capacity or -1 with a mask or 0) -> what a call of that many chunks launches
-    staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, or affine, per side)
+    staging = _stageable(kplan, vplan)   # staged tokens: quantized in the kernel (turbo with one Walsh-Hadamard block, affine, or calibrated, per side)
     kspec, vspec = (_tail_spec(kplan), _tail_spec(vplan)) if staging else (None, None)
     cnt = [mx.zeros((_AK._fold_counters(R),), mx.float32) for _ in range(max(1, RING))] if folds else None   # the counters the next RING folded calls start from (zero): a scratch's first floats, the oldest first
     TG, TPL = (NT, 1, 1), [('T', queries.dtype)]
@@ -875,7 +875,7 @@ _STAGE_CAPS = {}   # (id(key codec), id(value codec)) -> (codecs, the stage capa
 def stage_capacity(k_codec, v_codec):
     """The most staged tokens a decode step's folded kernel quantizes and attends for this pair of codecs (known once a
     decode call of theirs was verified on CUDA: `attend` records it; 0 before that, or where the kernel cannot: codecs
-    other than turbo with one Walsh-Hadamard block or affine (per side), or a score buffer too small for their head dims and query
+    other than turbo with one Walsh-Hadamard block, affine or calibrated (per side), or a score buffer too small for their head dims and query
     heads at FOLD chunks). `CodecKVCache` stages at most this many."""
     got = _STAGE_CAPS.get((id(k_codec), id(v_codec)))
     return got[2] if got is not None and got[0] is k_codec and got[1] is v_codec else 0

@@ -89,7 +89,7 @@ class CodecKVCache(_BaseCache):
     _pend = None        # (keys, values, T): a staged step's token the decode kernel writes (`_defer`); `_settle` writes it if anything else reads first
     _tk = _tv = None    # the exact / staged tail (`tail_keys`, `tail_values`); _LAZY: the first `_nst` tokens of the staging buffer
     _nst = 0
-    stage = 32  # CUDA decode steps (no window, codecs the decode kernel quantizes: turbo with one Walsh-Hadamard block, affine): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
+    stage = 32  # CUDA decode steps (no window, codecs the decode kernel quantizes: turbo with one Walsh-Hadamard block, affine, calibrated (auto:B's) up to head dim 128): up to `stage` newest tokens written to a staging buffer as mlx-lm's cache writes them, attended as quantized (the kernel quantizes them itself), stored `stage` at a time (0: each step quantizes its token)
 
     def __init__(self, k_codec: Codec, v_codec: Codec, *, sink: int = 0, window: int = 0,
                  quantized_kv_start: int = 0):
