@@ -12,6 +12,7 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.mla_guard import QuantizedMLACache
+from mlx_kvq.calibrated import CalibratedTurboCodec
 
 B, H, D = 1, 2, 64
 
@@ -19,7 +20,7 @@ B, H, D = 1, 2, 64
 @pytest.fixture
 def cuda(monkeypatch):
     monkeypatch.setattr(Q, 'kernel_backend', lambda: 'cuda')
-    monkeypatch.setattr(Q, 'stage_capacity', lambda kc, vc: 32 if {type(kc), type(vc)} <= {TurboCodec, AffineCodec} else 0)
+    monkeypatch.setattr(Q, 'stage_capacity', lambda kc, vc: 32 if {type(kc), type(vc)} <= {TurboCodec, AffineCodec, CalibratedTurboCodec} else 0)
 
 
 def tokens(n, seed=0):
@@ -97,6 +98,33 @@ def test_affine_caches_stage_too(cuda):
         ka, _ = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
         assert ka.staged is not None and a.n_quantized == 10 + 4 * ((t - 10) // 4) and same_contents(a, b), t
     assert same_quantized(a, b, 14)
+
+
+def _calibrated(bits, seed, outliers):
+    "A calibrated codec as `auto:B` plans them (centred, scaled per channel; with an outlier band of one bit more, or not)"
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
+                                outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()) if outliers else None, outlier_bits=bits + 1 if outliers else None, dim=D)
+
+
+@pytest.mark.parametrize('kv', ['calibrated 3o/6o', 'calibrated 2 keys / affine:8'])
+def test_calibrated_caches_stage_too(cuda, kv, tmp_path):
+    """A calibrated cache (`auto:B`'s codecs; since 2026-12-01 the decode kernel quantizes their staged tokens by the pair
+    kernel's arithmetic) stages as a turbo one: its staged tokens read as their codec stores them, its contents bit-equal
+    to a cache that quantizes every token, and a prompt-cache file saved mid-stage holds them quantized"""
+    make = ((lambda: Q.CodecKVCache(_calibrated(3, 0, True), _calibrated(6, 1, True))) if kv == 'calibrated 3o/6o'
+            else (lambda: Q.CodecKVCache(_calibrated(2, 0, False), AffineCodec(8))))
+    a, b = pair(4, make)
+    k, v = tokens(16)
+    for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
+    for t in range(10, 16):
+        ka, _ = a.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1]); b.update_and_fetch(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        assert ka.staged is not None and a.n_quantized == 10 + 4 * ((t - 10) // 4) and same_contents(a, b), t
+    assert same_quantized(a, b, 14) and a._n_tail() == 2
+    f = str(tmp_path / 'cal.safetensors')
+    save_prompt_cache(f, [a]); (c,) = load_prompt_cache(f)
+    assert c.n_quantized == c.offset == 16 and same_quantized(c, b, 16) and same_contents(a, c)
 
 
 def test_codecs_the_kernel_cannot_quantize_do_not_stage(cuda):
