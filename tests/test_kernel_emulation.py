@@ -621,27 +621,31 @@ def test_staged_tokens_merged_by_the_fold(case):
         err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, cap, write=True)
         assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, 'write', T, err)
 
+def _tail_mutator(monkeypatch, *calls):
+    "wrong(old, new): `_tail_source` with one line changed from now on; the line must be in its source for one of `calls`' arguments (a mutation that misses fails here)"
+    orig = AK._tail_source
+    base = ''.join(orig(*c) for c in calls)
+    def wrong(old, new):
+        assert old in base, old
+        monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
+    return wrong
+
 def test_staged_merge_catches_a_wrong_kernel(monkeypatch):
     """The staged checks fail when the kernel drops the staged tokens' sums from the merge, weighs every staged token by
     the first one's codes, or keeps the staged norms in float32 (the storage holds them in float16: only the check
     against the stored tokens sees that); and, for the writing call, when it writes another head's token into the
     buffers, or quantizes the staged keys from the buffers it was given (without the step's token)"""
     _, kc, vc, B, Hkv, G, D, n, cap = STAGED[0]
-    orig = AK._tail_source
-    def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
-        assert old in orig(128, 128, 128, 8, 4, 4) + orig(128, 128, 128, 8, 4, 4, True), old
-        monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
-    wrong('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('cev[tvc[t * TV + e]]', 'cev[tvc[e]]')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('__half2float(__float2half_rn(nrm))', 'nrm')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) > 2e-5
-    # the writing call: the step's token read from another head's row, or quantized from the buffers given (without it)
-    wrong('const long nko = wb * nk_strides[0] + wh * nk_strides[1]', 'const long nko = wb * nk_strides[0]')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) == float('inf')
-    wrong('const T* const xr = so + ', 'const T* const xr = ts + ')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8, write=True) > 1e-2
+    wrong = _tail_mutator(monkeypatch, (128, 128, 128, 8, 4, 4), (128, 128, 128, 8, 4, 4, True))
+    stored, write = dict(dtype=mx.float32, stored=True), dict(write=True)
+    for old, new, T, kw, bound in [('tm[2 * g + 1] = b * inv;', 'tm[2 * g + 1] = 0.0f;', 4, {}, 1e-2), ('cev[tvc[t * TV + e]]', 'cev[tvc[e]]', 4, {}, 1e-2),
+                                   ('__half2float(__float2half_rn(nrm))', 'nrm', 5, stored, 2e-5),
+                                   # the writing call: the step's token read from another head's row (the buffers returned wrong: an infinite
+                                   # error), or quantized from the buffers given (without it)
+                                   ('const long nko = wb * nk_strides[0] + wh * nk_strides[1]', 'const long nko = wb * nk_strides[0]', 4, write, 1e30),
+                                   ('const T* const xr = so + ', 'const T* const xr = ts + ', 4, write, 1e-2)]:
+        wrong(old, new)
+        assert E.check_staged(kc, vc, B, Hkv, G, D, n, T, 8, **kw) > bound, old
 
 def test_calibrated_staged_merge_catches_a_wrong_kernel(monkeypatch):
     """The staged checks of calibrated sides fail when the kernel's staged key scores leave out their bands' gammas,
@@ -649,21 +653,15 @@ def test_calibrated_staged_merge_catches_a_wrong_kernel(monkeypatch):
     only the check against the stored tokens sees that), or weighs a staged value's second band by the first band's gamma"""
     kc, vc = E.calibrated_pair(64)
     B, Hkv, G, D, n = 1, 2, 4, 64, 300
-    orig = AK._tail_source
-    kb, vb = A._tail_spec(A.side_plan(kc, D)), A._tail_spec(A.side_plan(vc, D))
-    base = orig(96, D, D, 8, kb, vb)
-    def wrong(old, new):   # the kernel's source with one line changed (the line must be there: a mutation that misses fails here)
-        assert old in base, old
-        monkeypatch.setattr(AK, '_tail_source', lambda *a: orig(*a).replace(old, new))
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) <= 2e-6
-    wrong('s += sb * tn[t * KN + 0];', 's += sb;')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('(tkc + t * TD)[8 + r] = (unsigned char)code;', '(tkc + t * TD)[r] = (unsigned char)code;')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
-    wrong('(tn + t * KN)[0] = __half2float(__float2half_rn(', '(tn + t * KN)[0] = ((')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, dtype=mx.float32, stored=True) > 2e-6
-    wrong('tn[TC * KN + t * VN + 1]', 'tn[TC * KN + t * VN + 0]')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 4, 8) > 1e-2
+    wrong = _tail_mutator(monkeypatch, (96, D, D, 8, A._tail_spec(A.side_plan(kc, D)), A._tail_spec(A.side_plan(vc, D))))
+    stored = dict(dtype=mx.float32, stored=True)
+    assert E.check_staged(kc, vc, B, Hkv, G, D, n, 5, 8, **stored) <= 2e-6
+    for old, new, T, kw, bound in [('s += sb * tn[t * KN + 0];', 's += sb;', 4, {}, 1e-2),
+                                   ('(tkc + t * TD)[8 + r] = (unsigned char)code;', '(tkc + t * TD)[r] = (unsigned char)code;', 4, {}, 1e-2),
+                                   ('(tn + t * KN)[0] = __half2float(__float2half_rn(', '(tn + t * KN)[0] = ((', 5, stored, 2e-6),
+                                   ('tn[TC * KN + t * VN + 1]', 'tn[TC * KN + t * VN + 0]', 4, {}, 1e-2)]:
+        wrong(old, new)
+        assert E.check_staged(kc, vc, B, Hkv, G, D, n, T, 8, **kw) > bound, old
 
 @pytest.mark.parametrize('scheme', ['turbo:4', 'affine:4', 'calibrated 3o/6o'])
 def test_staged_decode_steps(scheme, monkeypatch):
