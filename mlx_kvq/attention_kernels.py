@@ -599,7 +599,8 @@ FB1 = 8                  # CUDA fold: partials a group's merger loads at once (`
 def _tail_side(spec, width):
     """How a staged side is quantized in the kernel: `spec` is the turbo codec's bits (an int: one Walsh-Hadamard block,
     codes and a norm per token) or ('affine', bits, group size) (codes and a scale and bias per group, as `mx.quantize`
-    makes them); returns (kind, bits, group size, floats per token held beside the codes)"""
+    makes them), or ('cal', [(n, bits, has_idx)]) (a calibrated codec's bands: codes of every band side by side and a
+    gamma per band, as its pair kernel makes them); returns (kind, bits, group size, floats per token held beside the codes)"""
     if isinstance(spec, int): return 'turbo', spec, width, 1
     if spec[0] == 'cal':   # a calibrated side ('cal', bands): codes of every band, a gamma per band
         if sum(n for n, _, _ in spec[1]) != width: raise ValueError(f"no staged quantization for {spec!r} at width {width}")
@@ -644,7 +645,7 @@ def _fold_ok(S, G, VDP, tail=None):
 
 def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; per side a turbo codec with one
-    Walsh-Hadamard block, `KSPEC` / `VSPEC` its bits, or an affine one, ('affine', bits, group size): `_tail_side`), between merging the row's quantized partials into `xs` (rotated, normalized, max
+    Walsh-Hadamard block, `KSPEC` / `VSPEC` its bits, or an affine one, ('affine', bits, group size), or a calibrated one, ('cal', bands), quantized by its pair kernel's text (`_cal_quant_source`) in a warp's scratch after the codes: `_tail_side`), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (input `ts`: the cache's staging
     buffer (B, Hkv, CAP, D + Dv), each token's key then its value, in the model's dtype) are **quantized here** by the quantize kernel's
     own arithmetic (`packing._QROT_CUDA`, `_QNORM_CUDA`, `_QCODE_CUDA`: the same text, IEEE intrinsics throughout): a
@@ -715,7 +716,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
         qprep = f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
 """
         oc = [o[3] for o in _cal_offsets(D, KSPEC[1])[0]]
-        kdot = "".join(f"{{ float sb = 0.0f; for (int j = 0; j < {n}; ++j) sb += qg[{boff[i] + 0} + j] * sgk[{oc[i]} + kc[{boff[i]} + j]]; s += sb * tn[t * KN + {i}]; }}\n            "
+        kdot = "".join(f"{{ float sb = 0.0f; for (int j = 0; j < {n}; ++j) sb += qg[{boff[i]} + j] * sgk[{oc[i]} + kc[{boff[i]} + j]]; s += sb * tn[t * KN + {i}]; }}\n            "
                        for i, (n, _, _) in enumerate(KSPEC[1])) + "tw[g * TC + t] = s;"
     else:
         qprep = """                for (int d = lane; d < TD; d += 32) tq[task * TD + d] = (float)q[((long)r * G + task) * TD + d] * tsc[0];
