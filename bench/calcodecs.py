@@ -6,11 +6,12 @@ worst). One definition for `ncu_decode.py`, `cuda_registers.py`, `check_decode_s
 import numpy as np
 from mlx_kvq.calibrated import CalibratedTurboCodec
 
-def calibrated(bits, seed, D, rng=None, mean_sd=0.3):
-    "A calibrated turbo codec of `bits` bits at head dim D drawn from `rng` (default: one seeded by `seed`)"
+def calibrated(bits, seed, D, rng=None, mean_sd=0.3, outliers=True):
+    "A calibrated turbo codec of `bits` bits at head dim D drawn from `rng` (default: one seeded by `seed`); `outliers=False`: one band (what `auto:B` labels tqBcs)"
     rng = np.random.default_rng(seed) if rng is None else rng
-    return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * mean_sd, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
+    mean, scale = rng.normal(size=D).astype(np.float32) * mean_sd, np.exp(rng.normal(size=D) * 0.3).astype(np.float32)
+    if not outliers: return CalibratedTurboCodec(bits, seed=seed, mean=mean, scale=scale, dim=D)
+    return CalibratedTurboCodec(bits, seed=seed, mean=mean, scale=scale, outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()), outlier_bits=min(bits + 1, 8), dim=D)
 
 def calibrated_pair(kbits, vbits, D, mean_sd=0.3, rng=None):
     "Key and value codecs (seeds 0 and 1) drawn one after the other from one generator (default: seeded 0)"

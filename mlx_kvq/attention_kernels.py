@@ -602,7 +602,7 @@ def _tail_side(spec, width):
     makes them), or ('cal', [(n, bits, has_idx)]) (a calibrated codec's bands: codes of every band side by side and a
     gamma per band, as its pair kernel makes them); returns (kind, bits, group size, floats per token held beside the codes)"""
     if isinstance(spec, int): return 'turbo', spec, width, 1
-    if spec[0] == 'cal':   # a calibrated side ('cal', bands): codes of every band, a gamma per band
+    if _cal_spec(spec) is not None:   # a calibrated side ('cal', bands): codes of every band, a gamma per band
         if sum(n for n, _, _ in spec[1]) != width: raise ValueError(f"no staged quantization for {spec!r} at width {width}")
         return 'cal', None, None, len(spec[1])
     kind, bits, gs = spec
@@ -626,16 +626,21 @@ def _tail_floats(G, VDP, tail):
     if not tail: return 0
     D, cap = tail[0], tail[1]
     Dv = _tail_width(tail[3], VDP)
-    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], Dv)[3]) + -(-cap * (D + VDP) // 4) + _tail_scratch(D, Dv, tail[2], tail[3])
+    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], Dv)[3]) + -(-cap * (D + VDP) // 4) + _NW * sum(_tail_scratch(D, Dv, tail[2], tail[3]))
+
+def _cal_spec(spec):
+    "The bands of a calibrated side's staged spec ('cal', bands), else None"
+    return spec[1] if isinstance(spec, tuple) and spec[0] == 'cal' else None
 
 def _tail_width(spec, VDP):
     "The staged values' width: a calibrated side's channels (its bands side by side, `VDP` their padded width), else VDP"
-    return sum(n for n, _, _ in spec[1]) if isinstance(spec, tuple) and spec[0] == 'cal' else VDP
+    bands = _cal_spec(spec)
+    return VDP if bands is None else sum(n for n, _, _ in bands)
 
 def _tail_scratch(D, Dv, kspec, vspec):
-    "Floats a calibrated side's staged quantization needs after the staged codes: a warp's centred row and one band of it, per warp"
-    cal = [(w, s[1]) for w, s in ((D, kspec), (Dv, vspec)) if isinstance(s, tuple) and s[0] == 'cal']
-    return _NW * (max(w for w, _ in cal) + max(n for _, b in cal for n, _, _ in b)) if cal else 0
+    "Floats of a warp's scratch for calibrated sides' staged quantization, after the staged codes: (its centred row, then the widest band of it); (0, 0) without one"
+    cal = [(w, b) for w, b in ((D, _cal_spec(kspec)), (Dv, _cal_spec(vspec))) if b is not None]
+    return (max(w for w, _ in cal), max(n for _, b in cal for n, _, _ in b)) if cal else (0, 0)
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
@@ -670,8 +675,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     more than an input, `bench/host_inputs_cuda.py`) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     kkind, _, kgs, KN = _tail_side(KSPEC, D)
     vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
-    SCR = _tail_scratch(D, Dv, KSPEC, VSPEC) // _NW                       # a warp's scratch for a calibrated side: its centred row, then a band
-    SD = max([w for w, s in ((D, KSPEC), (Dv, VSPEC)) if _tail_side(s, w)[0] == 'cal'] or [0])
+    SD, SB = _tail_scratch(D, Dv, KSPEC, VSPEC); SCR = SD + SB          # a warp's scratch for a calibrated side: its centred row, then a band
     tsw = f"        float* const tsw = reinterpret_cast<float*>(tkc) + {-(-CAP * (D + VDP) // 4)};   // then the warps' scratch (`_tail_scratch`)" if SCR else ""
     def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it
         kind, bits, gs, _ = _tail_side(spec, width)

@@ -3,6 +3,8 @@ machine (MLX CPU) with the cache told that the kernels are CUDA's and that the f
 32 for turbo codecs (staging only happens there); the kernels that quantize and attend the staged tokens are checked in
 test_kernel_emulation.py (`test_staged_*`). Staged tokens are quantized tokens: a staging cache holds, attends and saves
 exactly what a cache that quantizes every token holds."""
+import sys
+from pathlib import Path
 import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import save_prompt_cache, load_prompt_cache
@@ -13,6 +15,8 @@ from mlx_kvq.turboquant import TurboQuantKVCache
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.mla_guard import QuantizedMLACache
 from mlx_kvq.calibrated import CalibratedTurboCodec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
+from calcodecs import calibrated   # auto:B's kinds of calibrated codecs, as the GPU checks draw them
 
 B, H, D = 1, 2, 64
 
@@ -100,21 +104,13 @@ def test_affine_caches_stage_too(cuda):
     assert same_quantized(a, b, 14)
 
 
-def _calibrated(bits, seed, outliers):
-    "A calibrated codec as `auto:B` plans them (centred, scaled per channel; with an outlier band of one bit more, or not)"
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    return CalibratedTurboCodec(bits, seed=seed, mean=rng.normal(size=D).astype(np.float32) * 0.3, scale=np.exp(rng.normal(size=D) * 0.3).astype(np.float32),
-                                outliers=sorted(rng.choice(D, D // 8, replace=False).tolist()) if outliers else None, outlier_bits=bits + 1 if outliers else None, dim=D)
-
-
 @pytest.mark.parametrize('kv', ['calibrated 3o/6o', 'calibrated 2 keys / affine:8'])
 def test_calibrated_caches_stage_too(cuda, kv, tmp_path):
     """A calibrated cache (`auto:B`'s codecs; since 2026-12-01 the decode kernel quantizes their staged tokens by the pair
     kernel's arithmetic) stages as a turbo one: its staged tokens read as their codec stores them, its contents bit-equal
     to a cache that quantizes every token, and a prompt-cache file saved mid-stage holds them quantized"""
-    make = ((lambda: Q.CodecKVCache(_calibrated(3, 0, True), _calibrated(6, 1, True))) if kv == 'calibrated 3o/6o'
-            else (lambda: Q.CodecKVCache(_calibrated(2, 0, False), AffineCodec(8))))
+    make = ((lambda: Q.CodecKVCache(calibrated(3, 0, D), calibrated(6, 1, D))) if kv == 'calibrated 3o/6o'
+            else (lambda: Q.CodecKVCache(calibrated(2, 0, D, outliers=False), AffineCodec(8))))
     a, b = pair(4, make)
     k, v = tokens(16)
     for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
@@ -155,8 +151,8 @@ def test_stage_capacity_of_the_real_kernels():
     assert cap(AffineCodec(8), AffineCodec(4), 4, 128) == 32 and cap(AffineCodec(4), AffineCodec(4), 8, 128) == 16
     assert cap(TurboCodec(4), TurboCodec(4, seed=1), 8, 128) == 16 and cap(TurboCodec(4), TurboCodec(4, seed=1), 16, 64) == 32
     assert cap(AffineCodec(4, 32), AffineCodec(4, 32), 4, 256) == 8 and cap(AffineCodec(4), AffineCodec(4), 16, 128) == 0
-    import sys; sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
-    from kernel_emulator import calibrated_pair, calibrated
+    sys.path.insert(0, str(Path(__file__).parent))
+    from kernel_emulator import calibrated_pair
     assert cap(*calibrated_pair(128), 4, 128) == 16 and cap(*calibrated_pair(64), 4, 64) == 32 and cap(*calibrated_pair(256), 4, 256) == 0
     assert cap(calibrated(3, 0, 64), AffineCodec(8), 4, 64) == 32 and cap(calibrated(3, 0, 128), AffineCodec(8), 4, 128) == 16   # beside affine values (auto:B on Llama shapes)
     kc, vc = calibrated_pair(128)
