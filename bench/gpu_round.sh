@@ -63,7 +63,7 @@
 #       calkern: NCUSHAPE= (empty) measures the issue's one-layer shape instead of Gemma's
 #       calcheck (the calibrated and mixed-codec cases of check_fused_cuda (both kernels) and check_decode_steps' calibrated configurations, in parallel, cut at LIMIT s)
 #       coldwarm (Gemma's shape at 131K: decode kernels L2-cold against warm, PF_WORDS=64, and one call per scheme rotating 0 / 64 / 512 MiB of caches: about 8 min)
-#       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';')
+#       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / llama (32 / 8 heads, d64) / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';'; fp16: MLX's SDPA kernels)
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -450,13 +450,14 @@ case $part in
          timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo| / ' --out "$O/check" > "$O/check/run.log" 2>&1 &
          timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          grep -c "True" "$O/check/run.log"; grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; cat "$O/steps/run.log" | cut -c1-300 ;;
-  kern) [ -n "${KERN:-}" ] || { echo "kern: set KERN='SHAPE CTX SCHEME [KNOB=V...];...' (SHAPE gemma, issue, gemma@base or issue@base)"; exit 2; }
+  kern) [ -n "${KERN:-}" ] || { echo "kern: set KERN='SHAPE CTX SCHEME [KNOB=V...];...' (SHAPE gemma, issue, llama, gemma@base or issue@base)"; exit 2; }
         IFS=';' read -ra SETS <<< "$KERN"
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
           pp=${PYTHONPATH:-}; case $shp in *@base) pp=$PWD/.kvq_base/old:${PYTHONPATH:-};; esac
-          flag=; case $shp in gemma*) flag=--gemma;; esac
+          flag=; case $shp in gemma*) flag=--gemma;; llama*) flag=--llama;; esac
+          rx="mlx_kvq_(decode|qmap)"; [ "$sc" = fp16 ] && rx="sdpa|attention"   # fp16: MLX's SDPA kernel(s)
           mkdir -p "$O/raw"; f="$O/raw/ncu_$(echo "${shp}_${sc}_${ctx}_${kn}_${NCU_CC:-none}" | tr -c 'A-Za-z0-9_\n' '_').txt"
-          PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${NCU_CC:-none} --kernel-name "regex:mlx_kvq_(decode|qmap)" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
+          PYTHONPATH=$pp timeout 120 /usr/local/cuda/bin/ncu --clock-control none --cache-control ${NCU_CC:-none} --kernel-name "regex:$rx" --launch-skip ${SKIP:-6} --launch-count ${COUNT:-6} \
             --section SpeedOfLight python3 bench/ncu_decode.py $sc $ctx $flag $kn > "$f" 2>&1
           grep -E "^    Duration|reference|Error|error" "$f" | sed -E 's/ +/ /g' | paste -sd' ' | sed "s/^/$shp $sc $ctx $kn${NCU_CC:+ (cache-control $NCU_CC)}: /" | tee -a "$O/kern.txt"; done ;;
   coldwarm) # Gemma's shape at 131K: the decode kernels with L2 flushed before each (cache-control all) against warm (none: what every earlier Gemma-shape figure was, its 33-38 MiB cache fits the H200's L2),
