@@ -53,11 +53,13 @@ def side(codec, x, head=0, tail=0):
     return CachedSide(codec, x[..., :head, :] if head else None, codec.encode(mid) if mid.shape[-2] else None,
                       x[..., L - tail:, :] if tail else None)
 
+HALF = os.environ.get('KVQ_HALF_CENTROIDS', '1') != '0'   # 0: the calibrated codecs with float64 codebooks (configs saved before 2026-12-01: tables with low parts, VTLO)
+
 def calibrated(bits, dim, seed, outliers=True):
     mean = rng.normal(size=dim).astype(np.float32) * 0.3
     scale = np.exp(rng.normal(size=dim) * 0.3).astype(np.float32)
     out = sorted(rng.choice(dim, dim // 8, replace=False).tolist()) if outliers else None
-    return CalibratedTurboCodec(bits, seed=seed, mean=mean, scale=scale, outliers=out, outlier_bits=min(bits + 1, 8) if out else None, dim=dim)
+    return CalibratedTurboCodec(bits, seed=seed, mean=mean, scale=scale, outliers=out, outlier_bits=min(bits + 1, 8) if out else None, dim=dim, half_centroids=HALF)
 
 def rel(a, b): return (mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max() / mx.abs(b.astype(mx.float32)).max()).item()
 

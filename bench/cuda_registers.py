@@ -135,6 +135,9 @@ if __name__ == '__main__':
             raise argparse.ArgumentTypeError(f"{t!r}: give key and value bits 1-8 as K,V (e.g. 3,6)")
         return t
     ap.add_argument('--cal-bits', nargs='+', type=kv_bits, default=['5,4'], metavar='K,V', help="with --cal: the key and value bits of the calibrated kinds (e.g. 5,4 3,6: `auto:5` plans either, at the same bytes)")
+    ap.add_argument('--cal-dims', nargs='+', type=int, default=[128, 256], metavar='D', help="with --cal: the head dims (default 128 256; 64: Llama-3.2-1B's)")
+    ap.add_argument('--one-band', action='store_true', help="with --cal: one band a side, no outlier band (what `auto:B` labels tqBcs: its plan for Llama-3.2-1B's layers); labels cal1:K,V")
+    ap.add_argument('--float64-centroids', action='store_true', help="with --cal: codecs with the float64 codebooks of configs saved before 2026-12-01 (half_centroids=False: tables with low parts, VTLO)")
     ap.add_argument('--only', default=None, help='only the configurations whose label contains this text')
     ap.add_argument('--unmasked', action='store_true', help="the kernels of calls without a mask (an int32 placeholder as the mask input, `attention._mask_input`: every decode step's); default: a masked call's (float32)")
     ap.add_argument('--lb', type=int, default=None, help='the resident blocks an SM the kernels are compiled for (default LB; LB_FEW = 2: one-KV-head calls)')
@@ -146,7 +149,8 @@ if __name__ == '__main__':
         import numpy as np
         from calcodecs import calibrated
         rng = np.random.default_rng(0)   # one generator for every configuration, drawn in this order
-        configs += [(f'cal:{kv}', calibrated(int(kv.split(',')[0]), 0, D, rng), calibrated(int(kv.split(',')[1]), 1, D, rng), 4, D) for kv in args.cal_bits for D in (128, 256)]
+        cal = lambda bits, seed, D: calibrated(bits, seed, D, rng, outliers=not args.one_band, half=not args.float64_centroids)
+        configs += [(f'cal{"1" if args.one_band else ""}:{kv}', cal(int(kv.split(',')[0]), 0, D), cal(int(kv.split(',')[1]), 1, D), 4, D) for kv in args.cal_bits for D in args.cal_dims]
     if args.only: configs = [c for c in configs if args.only in f'{c[0]} D{c[4]}']
     if not configs: ap.error(f"--only {args.only!r} matches no configuration (labels like 'turbo:4 D128', 'cal:5,4 D256' with --cal)")
     for label, kc, vc, G, D in configs:

@@ -513,6 +513,12 @@ case $part in
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_fused_cuda.py --only check --cases kvq_turbo --out "$O" > "$O/check.log" 2>&1 &
          KVQ_KNOBS="VTLO=True" timeout ${LIMIT:-300} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
          grep -E "^kvq_turbo|failing|worst" "$O/check.log" | cut -c1-200 | tail -40; tail -4 "$O/steps.log" ;;
+  halftab) mkdir -p "$O/check" "$O/check64"   # exact half tables (half_centroids, the calibrated codecs' default since 2026-12-01: no low parts): the calibrated GPU checks with them, with float64 codebooks (KVQ_HALF_CENTROIDS=0, VTLO) for two cases, and the 24K decode steps, in parallel, cut at LIMIT (280) s
+         timeout ${LIMIT:-280} python3 bench/check_fused_cuda.py --quick --only check --cases kvq_turbo --out "$O/check" > "$O/check/run.log" 2>&1 &
+         KVQ_HALF_CENTROIDS=0 timeout ${LIMIT:-280} python3 bench/check_fused_cuda.py --quick --only check --cases "kvq_turbo (3o/6o|5o/4o)" --out "$O/check64" > "$O/check64/run.log" 2>&1 &
+         timeout ${LIMIT:-280} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
+         for f in check check64; do echo "== $f"; grep -E "^kvq_turbo|failing|worst" "$O/$f/run.log" | cut -c1-200 | tail -30; done; tail -4 "$O/steps.log" ;;
+  halfncu) KERN="${KERN:-llama 131072 cal1:2,6;llama 131072 cal1f:2,6;issue 131072 cal:3,6;issue 131072 calf:3,6;issue 131072 cal:5,4;issue 131072 calf:5,4;gemma 131072 cal:5,4;gemma 131072 calf:5,4;llama 131072 cal1:2,6;llama 131072 cal1f:2,6}" bash "$0" kern "$O/.." ;;   # the decode kernels with exact half tables against float64 codebooks' (VTLO), Nsight Compute at 131K
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

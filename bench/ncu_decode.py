@@ -11,7 +11,8 @@ embedded Gemma's; `--llama`: 32 / 8 heads at head dim 64, a layer of Llama-3.2-1
 printed: near-tied plans of a random-weight layer can differ between runs on a GPU: on the issue's shape on 2026-11-30
 this script planned keys tq3cs / values tq6cso where the bench's run planned tq4cso / tq5cs, `bench/h200_20261130c/`), and `cal:K,V`: calibrated codecs of the kinds `auto:B` plans
 (per-channel mean and scale, an outlier band of dim / 8 channels at one bit more); `cal1:K,V`: the same with one band a side
-(what `auto:B` labels tqBcs; V `a8`: 8-bit affine values, as `auto:5` pairs some calibrated keys). Arguments after N set kernel knobs of
+(what `auto:B` labels tqBcs; V `a8`: 8-bit affine values, as `auto:5` pairs some calibrated keys); `calf:` / `cal1f:` the same
+with float64 codebooks (`half_centroids=False`, a config saved before 2026-12-01: tables with low parts). Arguments after N set kernel knobs of
 `attention_kernels` (e.g. `LEAN=False PCH=2`); `--say-error` prints the first-use check's error, passed or not; `--unchecked` lets a diagnostic variant (`_DIAG='nolds'`, wrong results
 on purpose) past the first-use check so that its duration can be measured.
 """
@@ -50,14 +51,12 @@ else:
         subject = layer_model(Hkv * G, Hkv, D)
         c = [x for x in bench_caches(subject, _bench_scheme(scheme), **bench_calibration(subject, [scheme], None, 0)[0]) if x is not None][0]
         print("planned:", planned_labels([c]), flush=True)
-    elif scheme.startswith("cal1:"):   # one band a side (tqBcs); values `a8`: 8-bit affine
-        kb, vb = scheme.split(":")[1].split(",")
-        from calcodecs import calibrated
-        c = CodecKVCache(calibrated(int(kb), 0, D, outliers=False), AffineCodec(8) if vb == "a8" else calibrated(int(vb), 1, D, outliers=False))
-    elif scheme.startswith("cal"):
-        bits = [int(b) for b in scheme.split(":")[1].split(",")]
-        from calcodecs import calibrated_pair
-        c = CodecKVCache(*calibrated_pair(bits[0], bits[-1], D))
+    elif scheme.startswith("cal"):   # cal:K,V; cal1: one band a side (tqBcs), values `a8`: 8-bit affine; calf / cal1f: float64 codebooks (configs saved before 2026-12-01)
+        kind, kv = scheme.split(":"); kb, vb = kv.split(",")
+        from calcodecs import calibrated, calibrated_pair
+        half, one = not kind.endswith("f"), kind.startswith("cal1")
+        if one: c = CodecKVCache(calibrated(int(kb), 0, D, outliers=False, half=half), AffineCodec(8) if vb == "a8" else calibrated(int(vb), 1, D, outliers=False, half=half))
+        else: c = CodecKVCache(*calibrated_pair(int(kb), int(vb), D, half=half))
     else:
         bits = [int(b) for b in scheme.split(":")[1].split(",")]
         kb, vb = bits[0], bits[-1]

@@ -37,7 +37,15 @@ class _Plan:
         self.kind, self.bands, self.mean, self.scale, self.order = kind, list(bands), mean, scale, order
     def signature(self):
         got = self.__dict__.get('_sig')
-        if got is None: got = self._sig = (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands))
+        if got is None: got = self._sig = (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands), self.half_exact)
+        return got
+    @property
+    def half_exact(self):
+        "Whether every band's code table is exact in float16 (`half_codebook`'s): a half-precision kernel then reads it without rounding (no table has no rounding either)"
+        got = self.__dict__.get('_half_exact')
+        if got is None:
+            tabs = [np.asarray(b.table, np.float32) for b in self.bands if b.table is not None]
+            got = self._half_exact = all(np.array_equal(t, t.astype(np.float16).astype(np.float32)) for t in tabs)
         return got
 
 def side_plan(codec, dim):

@@ -1058,8 +1058,8 @@ def _mma_ok(kplan, vplan, G):
     # the tokens where the codec's means do not fit the data (emulated at d128: 2.0e-3 for 2-bit values over 2,000 tokens,
     # 2.9-3.9e-3 for 2-3-bit values, centred or scaled, over 24,000; 0.8-1.0e-3 for 1-3-bit keys with values of 6-8 bits;
     # tests/test_kernel_emulation.py::test_low_bit_calibrated_keys_take_tensor_cores)
-    if (vplan.scale is not None or vplan.mean is not None) and min(b.bits for b in vplan.bands) < 4 \
-            and not (VTLO and LEAN and _lean_ok(kplan, vplan)): return False   # VTLO: the lean value loop keeps the tables' low parts
+    if (vplan.scale is not None or vplan.mean is not None) and min(b.bits for b in vplan.bands) < 4 and not vplan.half_exact \
+            and not (VTLO and LEAN and _lean_ok(kplan, vplan)): return False   # VTLO: the lean value loop keeps the tables' low parts (tables exact in float16 have none)
     for plan in (kplan, vplan):
         if not all(b.table is not None or _nslices(b.n) in (1, 2, 4, 8) and b.group_size % 32 == 0 for b in plan.bands): return False
     return True
@@ -1562,8 +1562,13 @@ def _stage_bytes(kplan, vplan):
     return 4 * _NW * STG * 16 * max(rows.values()) if rows else 0
 
 def _vtlo(vplan):
-    "Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose tables' rounding adds up over the tokens"
-    return VTLO and (vplan.mean is not None or vplan.scale is not None)
+    """Whether the lean value loop keeps the code tables' low parts (`VTLO`): calibrated values (centred or scaled), whose
+    tables' rounding adds up over the tokens, unless their tables are exact in float16 (`half_codebook`: no low parts)"""
+    return VTLO and (vplan.mean is not None or vplan.scale is not None) and not vplan.half_exact
+
+def _hl_exact(vplan):
+    "Whether the value tables are read as float16 words without low parts: calibrated values whose tables are exact in float16 (`_Plan.half_exact`)"
+    return HLTAB and (vplan.mean is not None or vplan.scale is not None) and vplan.half_exact
 
 HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1 (each pair of ranges from one run); the issue's (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 190.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
 HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
@@ -1572,7 +1577,7 @@ HLDIR = True             # HLTAB in the lean value loop: a fragment register (tw
 def _hl_words(vplan):
     "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
     wide = sum(b.n for b in vplan.bands if b.table is not None and b.bits > 4)
-    if not (HLTAB and wide and _vtlo(vplan)): return 0
+    if not (HLTAB and wide and (_vtlo(vplan) or _hl_exact(vplan))): return 0   # exact tables: the words' high halves 0
     lb = getattr(_GEN, 'lb', LB)
     if lb and lb > HLTAB_LB and 2 * wide < sum(b.n for b in vplan.bands): return 0
     return _side_layout(vplan)[3]
@@ -1981,7 +1986,7 @@ def _lean_values(vplan, G, rep, carry=False):
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
         lo = _vtlo(vplan) and not aff   # the tables' low parts: a third product per fragment (low parts times the weights' high parts)
-        hl = 'vhl_s' if lo and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB)
+        hl = 'vhl_s' if (lo or _hl_exact(vplan) and not aff) and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB; exact tables: the low halves 0, not read)
         for mt in range(2 * ns):
             regs, lows = [], []
             f = 'f' if aff else ''

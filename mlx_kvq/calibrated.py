@@ -11,7 +11,7 @@ import json, math
 import numpy as np
 import mlx.core as mx
 
-from .codebook import sphere_codebook
+from .codebook import sphere_codebook, half_codebook
 from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
@@ -71,9 +71,13 @@ def _pack_bands(codes, bands):
 
 @register_codec
 class CalibratedTurboCodec(Codec):
-    "TurboQuant (rotation + sphere codebook + norm) of one side after per-channel centering/scaling, optional outlier band"
+    """TurboQuant (rotation + sphere codebook + norm) of one side after per-channel centering/scaling, optional outlier band.
+    `half_centroids` (the default): each band's codebook rounded to float16 (`codebook.half_codebook`), so the GPU's
+    half-precision decode tables are exact; a config saved without the key (before 2026-12-01) loads with False, its
+    float64 codebooks, and decodes as it did"""
     name = 'kvq_turbo'
-    def __init__(self, bits=3, seed=0, mean=None, scale=None, outliers=None, outlier_bits=None, dim=None):
+    SAVED_DEFAULTS = dict(half_centroids=False)   # what a saved config without these keys meant (`Codec.from_config`)
+    def __init__(self, bits=3, seed=0, mean=None, scale=None, outliers=None, outlier_bits=None, dim=None, half_centroids=True):
         for nm, b in (('bits', bits), ('outlier_bits', outlier_bits)):
             if b is not None and (isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 8):
                 raise ValueError(f"kvq_turbo {nm} must be an integer 1-8, got {b!r}")
@@ -85,11 +89,18 @@ class CalibratedTurboCodec(Codec):
         self.mean, self.scale = _f32list(mean), _f32list(scale)
         self.outliers = None if outliers is None else sorted(int(i) for i in outliers)
         self.dim = dim if dim is not None else (len(mean) if mean is not None else (len(scale) if scale is not None else None))
+        if not isinstance(half_centroids, bool): raise ValueError(f"kvq_turbo half_centroids must be True or False, got {half_centroids!r}")
+        self.half_centroids = half_centroids
         self._mx = {}
 
     def config(self):
         return dict(codec=self.name, bits=self.bits, seed=self.seed, mean=self.mean, scale=self.scale,
-                    outliers=self.outliers, outlier_bits=self.outlier_bits, dim=self.dim)
+                    outliers=self.outliers, outlier_bits=self.outlier_bits, dim=self.dim, half_centroids=self.half_centroids)
+
+    def codebook(self, n, bits):
+        "The codebook of a band of `n` channels at `bits` bits: the sphere's Lloyd-Max one, rounded to float16 with `half_centroids`"
+        cb = sphere_codebook(n, bits)
+        return half_codebook(cb) if self.half_centroids else cb
 
     def check_dim(self, dim):
         if self.dim is not None and dim != self.dim:
@@ -114,7 +125,7 @@ class CalibratedTurboCodec(Codec):
             for i, (idx, b) in enumerate(self.bands(dim)):
                 n = dim if idx is None else len(idx)
                 bands.append((None if idx is None else mx.array(idx), n, b, get_rotation(n, self.seed + 7919 * i),
-                              sphere_codebook(n, b)))
+                              self.codebook(n, b)))
             order = None
             if self.outliers is not None: order = mx.array(np.argsort(np.concatenate([b[0] for b in self.bands(dim)])))
             self._mx[dim] = (mean, scale, bands, order)
@@ -302,7 +313,7 @@ def _cal_consts(codec, dim):
         parts = [mean, scale]
         for i, (idx, b) in enumerate(codec.bands(dim)):
             n = dim if idx is None else len(idx)
-            rot, cb = get_rotation(n, codec.seed + 7919 * i), sphere_codebook(n, b)
+            rot, cb = get_rotation(n, codec.seed + 7919 * i), codec.codebook(n, b)
             if idx is not None: parts.append(np.asarray(idx, np.float32))
             R = np.array(rot.forward(mx.eye(n, dtype=mx.float32), ), np.float32).T       # R e_i is row i of forward(eye): R = forward(eye).T
             parts += [np.ascontiguousarray(R.T).reshape(-1), np.asarray(cb.boundaries, np.float32), np.asarray(cb.centroids, np.float32)]
@@ -498,7 +509,7 @@ class QJLKeyCodec(Codec):
         if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
             raise ValueError(f"kvq_qjl bits must be an integer 2-8 (bits-1 for the MSE code + 1 for the sketch), got {bits!r}")
         self.bits, self.seed = int(bits), int(seed)
-        self.mse = CalibratedTurboCodec(bits - 1, seed=seed, mean=mean, scale=scale, dim=dim)
+        self.mse = CalibratedTurboCodec(bits - 1, seed=seed, mean=mean, scale=scale, dim=dim, half_centroids=False)   # its saved config has no key: float64 codebooks, as always
         self._S = {}
     def config(self):
         c = self.mse.config()

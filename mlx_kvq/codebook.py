@@ -14,7 +14,7 @@ import numpy as np
 import mlx.core as mx
 
 # %% auto #0
-__all__ = ['check_bits', 'lloyd_max', 'Codebook', 'gaussian_codebook', 'sphere_codebook']
+__all__ = ['check_bits', 'lloyd_max', 'Codebook', 'gaussian_codebook', 'sphere_codebook', 'half_codebook']
 
 # %% ../nbs/00_codebook.ipynb #7871884a
 def check_bits(bits, what="bits") -> int:
@@ -133,3 +133,13 @@ def sphere_codebook(d, bits) -> Codebook:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 3:
         raise ValueError(f"sphere codebook dimension d must be an integer >= 3, got {d!r}")
     return _sphere(int(d), check_bits(bits))
+
+# %% ../nbs/00_codebook.ipynb #8380aa57
+@lru_cache(maxsize=None)
+def half_codebook(cb: Codebook) -> Codebook:
+    "`cb` with its centroids rounded to float16 (exact in half precision) and its boundaries their midpoints; cached"
+    c = np.asarray(cb.centroids, np.float16).astype(np.float64)
+    if np.any(np.diff(c) <= 0): raise ValueError(f"{cb!r}: two centroids round to one float16 value; keep the float64 codebook")
+    b = (c[1:] + c[:-1]) / 2
+    c.setflags(write=False); b.setflags(write=False)
+    return Codebook(cb.bits, cb.d, c, b, cb.mse)

@@ -66,7 +66,8 @@ class Codec:
         if name not in CODECS:
             raise ValueError(f"unknown KV codec {name!r} in cache config; known: {sorted(CODECS)}. "
                              "Was the file written by a newer mlx_kvq?")
-        return CODECS[name](**cfg)
+        cls = CODECS[name]
+        return cls(**{**getattr(cls, 'SAVED_DEFAULTS', {}), **cfg})   # keys a codec gained later: what a config saved without them meant
     def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items() if k != 'codec')})"
     def __eq__(self, other): return isinstance(other, Codec) and self.config() == other.config()
     def __hash__(self): return hash(json.dumps(self.config(), sort_keys=True))

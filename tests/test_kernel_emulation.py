@@ -334,10 +334,11 @@ def test_low_bit_calibrated_keys_take_tensor_cores(monkeypatch):
     only with `VTLO` (on by default: the tables' low parts kept), else they keep the SIMT one (`_mma_ok`): `auto:B` may
     plan 3-bit keys with 6-bit values at the bytes of 5 / 4 bits, and the SIMT kernel took such a pair 2.8x as long on an
     H200. The emulated tensor-core kernel stays within its tolerance of the blockwise reference for such pairs, folded,
-    with codec means that do not fit the data (`calibrated`)"""
-    calibrated = E.calibrated
+    with codec means that do not fit the data (`calibrated`). Codecs of float64 codebooks (configs saved before
+    2026-12-01): with `half_centroids` (the default since) no table has a low part, `test_exact_half_tables`"""
+    calibrated = lambda bits, seed, D: E.calibrated(bits, seed, D, half=False)
     D = 128
-    centred = CalibratedTurboCodec(3, seed=1, mean=np.full(D, 0.2, np.float32), dim=D)      # centred only, no scales
+    centred = CalibratedTurboCodec(3, seed=1, mean=np.full(D, 0.2, np.float32), dim=D, half_centroids=False)      # centred only, no scales
     assert AK.VTLO   # the default
     for vtlo in (False, True):
         monkeypatch.setattr(AK, 'VTLO', vtlo)
@@ -353,9 +354,10 @@ def test_value_tables_low_parts(monkeypatch):
     """`VTLO`: the lean value loop adds the code tables' low parts (a third product per fragment) for calibrated values,
     whose half-precision tables otherwise cost up to 2-4e-3 over long contexts where the codec's means do not fit the data
     (as the check's random ones do): the error falls, 3-bit values may take the tensor cores, and plain turbo values
-    (no means or scales) keep the kernel they had. Covers the pair-table path (3 bits), the 4-bit one and wider bands (5)"""
+    (no means or scales) keep the kernel they had. Covers the pair-table path (3 bits), the 4-bit one and wider bands (5).
+    Codecs of float64 codebooks (configs saved before 2026-12-01; exact tables: `test_exact_half_tables`)"""
     D = 128
-    calibrated = lambda bits, seed: E.calibrated(bits, seed, D)
+    calibrated = lambda bits, seed: E.calibrated(bits, seed, D, half=False)
     tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
     plain = AK._decode_source(tk, tv, 4, 'cuda', fold='rot')
     for kb, vb in ((6, 3), (5, 4)):
@@ -380,11 +382,11 @@ def test_high_low_half_table(monkeypatch):
     and the kernel is compiled for at most `HLTAB_LB` blocks an SM; under `LB`'s 128 registers only where such bands hold
     half the value channels or more (the 6-bit values: yes; the 4-bit values with their narrow 5-bit band: no). On by default,
     with `HLDIR` (each fragment register one byte permute of two tokens' words, not a transpose of the tokens' channel pairs:
-    the same halves, bit for bit)"""
+    the same halves, bit for bit). Codecs of float64 codebooks (tables with low parts)"""
     D = 128
     assert AK.HLTAB and 0 < AK.HLTAB_LB < AK.LB
     for kb, vb in ((3, 6), (5, 4)):
-        kc, vc = E.calibrated(kb, 0, D), E.calibrated(vb, 1, D)
+        kc, vc = E.calibrated(kb, 0, D, half=False), E.calibrated(vb, 1, D, half=False)
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
         assert 'vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
         assert ('vhl_s' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.LB)) == (vb > 4)   # the many-blocks kernels: wide value bands only
@@ -407,6 +409,40 @@ def test_high_low_half_table(monkeypatch):
     monkeypatch.setattr(AK, 'HLTAB', True)
     tk, tv = A.side_plan(TurboCodec(4), D), A.side_plan(TurboCodec(4, seed=1), D)
     assert 'vhl_s' not in AK._decode_source(tk, tv, 4, 'cuda', fold='rot', lb=AK.HLTAB_LB)
+
+def test_exact_half_tables(monkeypatch):
+    """Calibrated codecs with `half_centroids` (the default) have code tables exact in float16 (`_Plan.half_exact`), so
+    the lean value loop needs no low parts (`VTLO`): no low-part pair table ('vlutl') and no third product, the (high,
+    low) word table of wide bands kept with its low halves 0 and not read, and 1-3-bit values take the tensor cores. The
+    emulated kernel gives bit for bit what the VTLO kernel gives on the same tables (whose low parts are all 0), folded
+    and two-launch, masked, for values of 3 (pair tables), 4, 6 (a 7-bit outlier band: the word table) bits and one 6-bit band
+    at d64 (`auto:5`'s Llama-3.2-1B plan); and a codec of float64 codebooks still gets them"""
+    cases = ((5, 3, 128, True), (5, 4, 128, True), (3, 6, 128, True), (2, 6, 64, False))
+    for kb, vb, D, outl in cases:
+        kc, vc = E.calibrated(kb, 0, D, outliers=outl), E.calibrated(vb, 1, D, outliers=outl)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        assert vp.half_exact and kp.half_exact and not AK._vtlo(vp) and AK._mma_ok(kp, vp, 4) and AK._mma_ok(vp, kp, 4)
+        src = AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
+        assert 'vlutl' not in src, (kb, vb)
+        assert ('vhl_s' in src) == (max(b.bits for b in vp.bands) > 4), (kb, vb)   # a band of more than 4 bits (the outlier band's vb + 1 too)
+        old = A.side_plan(E.calibrated(vb, 1, D, outliers=outl, half=False), D)
+        assert not old.half_exact and AK._vtlo(old) and old.signature() != vp.signature()    # float64 tables: low parts
+        mx.random.seed(2)
+        n = 700
+        k, v = mx.random.normal((1, 2, n, D)), mx.random.normal((1, 2, n, D))
+        q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
+        mask = mx.random.uniform(shape=(1, 1, 1, 1, n)) > 0.3
+        kparts, vparts = kc.encode(k), vc.encode(v)
+        outs = []
+        for force in (False, True):
+            if force:   # the same tables through the VTLO kernel: their low parts all 0
+                monkeypatch.setattr(type(vp), 'half_exact', property(lambda self: False))
+                assert AK._vtlo(vp) and 'KVQ_MMA(acc[0], al' in AK._decode_source(kp, vp, 4, 'cuda', fold='dense', lb=AK.HLTAB_LB)
+            assert AK._lb(2 * 11) <= AK.HLTAB_LB
+            outs.append(E.emulate(q, kp, vp, kparts, vparts, mask, n))
+            monkeypatch.undo()
+        for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb, D)
+        assert E.check_final(kc, vc, 1, 2, 4, D, n, True, fold=True) <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D)
 
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
