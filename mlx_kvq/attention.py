@@ -37,7 +37,10 @@ class _Plan:
         self.kind, self.bands, self.mean, self.scale, self.order = kind, list(bands), mean, scale, order
     def signature(self):
         got = self.__dict__.get('_sig')
-        if got is None: got = self._sig = (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands), self.half_exact)
+        if got is None:
+            got = (self.kind, tuple((b.bits, b.n, b.group_size, b.bias is not None) for b in self.bands))
+            if self.mean is not None or self.scale is not None: got += (self.half_exact,)   # calibrated tables: exact in float16 or with low parts (`_vtlo`)
+            self._sig = got
         return got
     @property
     def half_exact(self):
