@@ -16,7 +16,7 @@ __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
            'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'HLDIR', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'HLDIR', 'HLREP', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
            'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
@@ -566,7 +566,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR, HLREP)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1582,10 +1582,21 @@ def _hl_words(vplan):
     if lb and lb > HLTAB_LB and 2 * wide < sum(b.n for b in vplan.bands): return 0
     return _side_layout(vplan)[3]
 
-def _hl_fill(n, tab, hl):
-    "Source: `hl[i]` = the float16 of `tab[i]` in the word's low 16 bits and the float16 of what that rounding left in its high 16 bits, for i < n"
-    return (f"for (int i = tid; i < {n}; i += {NT}) {{ uint32_t hh, ll; float f0, f1; KVQ_H2(hh, {tab}[i], 0.0f); KVQ_H2F(f0, f1, hh);"
-            f" KVQ_H2(ll, {tab}[i] - f0, 0.0f); {hl}[i] = (hh & 0xFFFFu) | (ll << 16); }}")
+def _hl_fill(n, tab, hl, rep=1):
+    "Source: `hl[i]` = the float16 of `tab[i]` in the word's low 16 bits and the float16 of what that rounding left in its high 16 bits, for i < n; `rep` copies of each word side by side (`HLREP`: word i * rep + c)"
+    t = f"{tab}[i / {rep}]" if rep > 1 else f"{tab}[i]"
+    return (f"for (int i = tid; i < {n * rep}; i += {NT}) {{ uint32_t hh, ll; float f0, f1; KVQ_H2(hh, {t}, 0.0f); KVQ_H2F(f0, f1, hh);"
+            f" KVQ_H2(ll, {t} - f0, 0.0f); {hl}[i] = (hh & 0xFFFFu) | (ll << 16); }}")
+
+HLREP = True             # HLDIR with DYNLUT: the (high, low) half table in the block's dynamic shared memory beside the pair tables, copies of each word side by side as theirs (lane l reads copy l % copies: with 32, no bank conflicts; `_hl_copies`: as many as fit, up to the pair tables' REP, which keep theirs), where one copy had a warp's 32 lookups of random codes meet in a bank several at a time; the copy's offset or-ed into the code's byte offset (`_hl_at`), no instruction more per lookup; False: one copy (static shared memory)
+
+def _hl_at(hl, toff, arr, off, bits, rep):
+    """Source: the (high, low) word of the `bits`-bit code at bit `off` of `arr` in the half table `hl` at entry `toff`:
+    with `rep` copies (`_hl_copies`), the code's offset scaled by 4 rep in the extraction's own shift (`_field`'s `up`) and
+    or-ed with this lane's copy (`hlc` = 4 (lane % rep), bits below the scaled offset's)"""
+    if rep == 1: return _tab_at(hl, toff, arr, off, bits, 'uint32_t')
+    up = 2 + rep.bit_length() - 1
+    return f"*reinterpret_cast<const uint32_t*>(reinterpret_cast<const unsigned char*>({hl} + {toff * rep}) + ({_field(arr, off, bits, up)} | hlc))"
 
 def _vlo_words(vplan):
     "Words of the values' low-part pair table (`_vtlo`, bands of tables with <= 4 bits: the pair table's layout), 0 if none"
@@ -1595,12 +1606,26 @@ def _lean_rep(kplan, vplan, G, staged=0, park=0):
     """Copies of the pair tables that fit next to the rest of the kernel's shared memory (`staged` bytes of cp.async
     stages included; at most REP), 0 if not even one: within the static limit, or with DYNLUT (tables in dynamic shared
     memory) within `_dyn_budget()` for the whole block"""
-    KL, VL = _luts(kplan)[1], _luts(vplan)[1]
-    L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
-    base = _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * NT * park + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G)   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
+    base, L = _lean_bytes(kplan, vplan, G, staged, park)
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (_dyn_budget() if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
+
+def _lean_bytes(kplan, vplan, G, staged=0, park=0):
+    "(shared bytes of a lean kernel besides its pair tables (one copy of the half table among them), words of one copy of the pair tables)"
+    KL, VL = _luts(kplan)[1], _luts(vplan)[1]
+    L = (KL if _lut_shared(kplan, vplan) else KL + VL) + _vlo_words(vplan)
+    return _mma_shared_bytes(kplan, vplan, G) - 4 * (KL + VL) + staged + 4 * NT * park + 4 * _NW * 2 * G + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G), L   # + the warps' softmax statistics (`WSM`), the (high, low) half table (`HLTAB`) and AINT8's query
+
+def _hl_copies(kplan, vplan, G, rep, staged=0, park=0):
+    """Copies of the (high, low) half table (`HLREP`, `DYNLUT`): the most, up to the pair tables' `rep`, that fit the
+    block's dynamic budget beside the pair tables' `rep` copies (which keep theirs); 1: one copy in static shared memory"""
+    VHL = _hl_words(vplan)
+    if not (HLREP and HLDIR and DYNLUT and VHL): return 1
+    base, L = _lean_bytes(kplan, vplan, G, staged, park)
+    room, h = _dyn_budget() - base - 4 * L * rep + 4 * VHL, rep   # (base holds one copy)
+    while h > 1 and 4 * VHL * h > room: h //= 2
+    return h
 
 def _dyn_request(need, kplan, vplan, G):
     """The dynamic shared bytes a DYNLUT kernel asks for: `need`, or just over 48,000 where the block's static and
@@ -1608,7 +1633,7 @@ def _dyn_request(need, kplan, vplan, G):
     smaller request over that total fails at launch). The static part is estimated from above (`_mma_shared_bytes`
     counts buffers the lean kernel does not declare), so a request is at worst rounded up needlessly;
     `test_dynamic_shared_memory_launches` checks the rule against ptxas's static bytes"""
-    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G) + 64
+    static = _mma_shared_bytes(kplan, vplan, G) - 4 * (_luts(kplan)[1] + _luts(vplan)[1]) - 4 * _chmax(G) * G + 4 * _NW * 2 * G + _stage_bytes(kplan, vplan) + 4 * _hl_words(vplan) + 4 * _aint8_words(kplan, G) + 64   # (from above: with HLREP the half table is dynamic)
     return need if need > 48000 or need + static <= 48 * 1024 - 512 else 48004
 
 def dynamic_shared_bytes(source):
@@ -1940,7 +1965,7 @@ def _denorm_pair(b, x, out, hi=False):
     if b.bits == 8: return f"const uint32_t {out} = KVQ_PRMT({x}, 0u, {0x4341 if hi else 0x4240:#x});"
     return f"const uint32_t {out} = ({x}{' >> 4' if hi else ''}) & 0x000F000Fu;"
 
-def _lean_values(vplan, G, rep, carry=False):
+def _lean_values(vplan, G, rep, carry=False, hrep=1):
     """Source of the lean value phase: the tensor-core value phase's products, its loads without per-load predicates
     (weights of tokens past the chunk are 0). `carry` (`BMERGE`): (accumulators' declaration, the chunk's loop, the
     warps' merge into the block's one partial) as three parts, the accumulators carried across the block's chunks.
@@ -2008,7 +2033,7 @@ def _lean_values(vplan, G, rep, carry=False):
                 frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
             elif hl and HLDIR and b.table is not None and b.bits > 4:   # each code's (high, low) halves in one word: a fragment register (two tokens, one channel) is one byte permute of two tokens' words
                 for e in range(4):
-                    regs += [f"const uint32_t L{e}{k} = {_tab_at(hl, vtoff[i], f'y{e}{i}', (2 * mt + k) * b.bits, b.bits, 'uint32_t')};" for k in range(2)]
+                    regs += [f"const uint32_t L{e}{k} = {_hl_at(hl, vtoff[i], f'y{e}{i}', (2 * mt + k) * b.bits, b.bits, hrep)};" for k in range(2)]
                 pick = lambda s: f"{{KVQ_PRMT(L00, L10, {s}), KVQ_PRMT(L01, L11, {s}), KVQ_PRMT(L20, L30, {s}), KVQ_PRMT(L21, L31, {s})}}"
                 frag, lfrag = pick('0x5410'), pick('0x7632')
             else:
@@ -2203,19 +2228,22 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     ai = _aint8(kplan, G)
     if ai: luts += f"KVQ_SHARED float qfx[{4 * G}];\n    KVQ_SHARED uint32_t qbw[{32 * (ai[0] // 2)}];\n    "
     VLL = _vlo_words(vplan)   # the values' low-part pair table (VTLO)
-    tw = rep * ((KL if share else KL + VL) + VLL)   # the pair tables' words
+    VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
+    hrep = _hl_copies(kplan, vplan, G, rep, _stage_bytes(kplan, vplan) if _STAGED else 0, pk)   # its copies (HLREP: in the dynamic memory after the pair tables)
+    tw = rep * ((KL if share else KL + VL) + VLL) + (VHL * hrep if hrep > 1 else 0)   # the pair tables' words (and the half table's)
     if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
         d0 = pk * NT   # PARK's floats first (`_park`)
         luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G + d0), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn{f' + {d0}' if d0 else ''};\n    "
                  + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {d0 + KL * rep};")
-                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {d0 + (KL if share else KL + VL) * rep};" if VLL else ""))
+                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {d0 + (KL if share else KL + VL) * rep};" if VLL else "")
+                 + (f"\n    uint32_t* const vhl_s = kvq_dyn + {d0 + ((KL if share else KL + VL) + VLL) * rep};\n    const uint32_t hlc = (lane & {hrep - 1}) << 2;   // this lane's copy of the half table (HLREP: {hrep} copies)" if hrep > 1 else ""))
     else: luts += (f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
                    + (f"\n    KVQ_SHARED uint32_t vlutl[{VLL * rep}];" if VLL else ""))
     fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
     if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
     if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
-    VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
-    if VHL: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"; fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s')
+    if VHL and hrep == 1: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"
+    if VHL: fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s', hrep)
     dyn = pk * NT + tw if DYNLUT else None   # the score buffer's word offset in the dynamic shared memory (static: None)
     v4 = _sc4(G, dyn)   # the warp softmax's float4 accesses
     head = _mma_head(G, KNS, VNS, dyn) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
@@ -2227,7 +2255,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     KVQ_SYNC();
 """
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
-        acc, vpro, loop, sums = _lean_values(vplan, G, rep, True)
+        acc, vpro, loop, sums = _lean_values(vplan, G, rep, True, hrep)
         vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
         MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
         pbase = 'reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park'   # where PARK's floats are
@@ -2244,6 +2272,6 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=v4) if wsm else _softmax()}    {_lean_values(vplan, G, rep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=v4) if wsm else _softmax()}    {_lean_values(vplan, G, rep, hrep=hrep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """

@@ -444,6 +444,36 @@ def test_exact_half_tables(monkeypatch):
         for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb, D)
         assert E.check_final(kc, vc, 1, 2, 4, D, n, True, fold=True) <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D)
 
+def test_half_table_copies(monkeypatch):
+    """`HLREP`: the (high, low) half table of value bands of more than 4 bits kept as `rep` copies in the dynamic shared
+    memory beside the pair tables (lane l reads copy l % rep, so a warp's 32 lookups never meet in a bank), the copy's
+    offset or-ed into the code's scaled byte offset. The same words: the emulated kernel's output is bit for bit the one
+    with a single copy, for exact tables (6-bit values one band at d64, 3 / 6 with outlier bands at d128, 5 / 4 whose
+    5-bit outlier band alone takes the table) and float64 ones (their low parts read from the same words), folded; the
+    emulator gives the kernel only the dynamic memory the launch asks for"""
+    monkeypatch.setattr(AK, 'LB', AK.HLTAB_LB)   # compiled as few-block calls are: the half table wherever a band is wide
+    for kb, vb, D, outl, half in ((2, 6, 64, False, True), (3, 6, 128, True, True), (5, 4, 128, True, True), (3, 6, 128, True, False)):
+        kc, vc = E.calibrated(kb, 0, D, outliers=outl, half=half), E.calibrated(vb, 1, D, outliers=outl, half=half)
+        kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+        assert AK._hl_words(vp), (kb, vb, D)
+        outs = []
+        for on in (False, True):
+            monkeypatch.setattr(AK, 'HLREP', on)
+            src = AK._decode_source(kp, vp, 4, 'cuda', fold='dense')
+            assert ('vhl_s = kvq_dyn' in src and '| hlc)' in src) == on and ('KVQ_SHARED uint32_t vhl_s' in src) == (not on), (kb, vb, on)
+            rep = AK._lean_rep(kp, vp, 4); h = AK._hl_copies(kp, vp, 4, rep)
+            if on:   # its copies in the dynamic part, as many as fit beside the pair tables' copies (which keep theirs)
+                assert h >= 8 and f'HLREP: {h} copies' in src and AK.dynamic_shared_bytes(src) >= dyn + 4 * AK._hl_words(vp) * h and rep == rep0, (kb, vb, h, rep)
+            dyn, rep0 = AK.dynamic_shared_bytes(src), rep
+            outs.append(E.check_final(kc, vc, 1, 2, 4, D, 700, True, fold=True))
+            mx.random.seed(3)
+            k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
+            q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
+            mask = mx.random.uniform(shape=(1, 1, 1, 1, 700)) > 0.3
+            outs.append(E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, 700))
+        assert outs[0] == outs[2] and outs[0] <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D, outs[0], outs[2])   # the final path: the same error
+        for a, b in zip(outs[1], outs[3]): assert mx.array_equal(a, b).item(), (kb, vb, D, half)
+
 def test_combine_variants(monkeypatch):
     """Both combines (one pass with an online softmax, or three passes) and 1, 2 or 8 chunks loaded at once, over chunks
     that are wholly masked (the first ones: the running max starts at -inf; one group of threads may see only such
