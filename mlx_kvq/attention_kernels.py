@@ -1619,9 +1619,11 @@ def _lean_bytes(kplan, vplan, G, staged=0, park=0):
 
 def _hl_copies(kplan, vplan, G, rep, staged=0, park=0):
     """Copies of the (high, low) half table (`HLREP`, `DYNLUT`): the most, up to the pair tables' `rep`, that fit the
-    block's dynamic budget beside the pair tables' `rep` copies (which keep theirs); 1: one copy in static shared memory"""
+    block's dynamic budget beside the pair tables' `rep` copies (which keep theirs), and none where the pair tables
+    themselves got fewer than REP (a block already at its shared-memory budget: the issue's shape's `cal:3,6`, 16 copies
+    of each table, was 4% slower with 16 of the half table, `bench/h200_20261201d/hlrep/`); 1: one copy in static shared memory"""
     VHL = _hl_words(vplan)
-    if not (HLREP and HLDIR and DYNLUT and VHL): return 1
+    if not (HLREP and HLDIR and DYNLUT and VHL) or rep < REP: return 1
     base, L = _lean_bytes(kplan, vplan, G, staged, park)
     room, h = _dyn_budget() - base - 4 * L * rep + 4 * VHL, rep   # (base holds one copy)
     while h > 1 and 4 * VHL * h > room: h //= 2

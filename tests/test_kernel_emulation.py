@@ -447,12 +447,13 @@ def test_exact_half_tables(monkeypatch):
 def test_half_table_copies(monkeypatch):
     """`HLREP`: the (high, low) half table of value bands of more than 4 bits kept as `rep` copies in the dynamic shared
     memory beside the pair tables (lane l reads copy l % rep, so a warp's 32 lookups never meet in a bank), the copy's
-    offset or-ed into the code's scaled byte offset. The same words: the emulated kernel's output is bit for bit the one
+    offset or-ed into the code's scaled byte offset; none where the pair tables have fewer than REP copies (3 / 6 bits with
+    outlier bands at d128: the kernel is then the one without HLREP). The same words: the emulated kernel's output is bit for bit the one
     with a single copy, for exact tables (6-bit values one band at d64, 3 / 6 with outlier bands at d128, 5 / 4 whose
     5-bit outlier band alone takes the table) and float64 ones (their low parts read from the same words), folded; the
     emulator gives the kernel only the dynamic memory the launch asks for"""
     monkeypatch.setattr(AK, 'LB', AK.HLTAB_LB)   # compiled as few-block calls are: the half table wherever a band is wide
-    for kb, vb, D, outl, half in ((2, 6, 64, False, True), (3, 6, 128, True, True), (5, 4, 128, True, True), (3, 6, 128, True, False)):
+    for kb, vb, D, outl, half in ((2, 6, 64, False, True), (3, 6, 128, True, True), (5, 4, 128, True, True), (2, 6, 64, False, False)):
         kc, vc = E.calibrated(kb, 0, D, outliers=outl, half=half), E.calibrated(vb, 1, D, outliers=outl, half=half)
         kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
         assert AK._hl_words(vp), (kb, vb, D)
@@ -460,11 +461,14 @@ def test_half_table_copies(monkeypatch):
         for on in (False, True):
             monkeypatch.setattr(AK, 'HLREP', on)
             src = AK._decode_source(kp, vp, 4, 'cuda', fold='dense')
-            assert ('vhl_s = kvq_dyn' in src and '| hlc)' in src) == on and ('KVQ_SHARED uint32_t vhl_s' in src) == (not on), (kb, vb, on)
             rep = AK._lean_rep(kp, vp, 4); h = AK._hl_copies(kp, vp, 4, rep)
-            if on:   # its copies in the dynamic part, as many as fit beside the pair tables' copies (which keep theirs)
+            copied = on and rep == AK.REP
+            assert ('vhl_s = kvq_dyn' in src and '| hlc)' in src) == copied and ('KVQ_SHARED uint32_t vhl_s' in src) == (not copied), (kb, vb, on)
+            if on and rep == AK.REP:   # its copies in the dynamic part, as many as fit beside the pair tables' copies (which keep theirs)
                 assert h >= 8 and f'HLREP: {h} copies' in src and AK.dynamic_shared_bytes(src) >= dyn + 4 * AK._hl_words(vp) * h and rep == rep0, (kb, vb, h, rep)
-            dyn, rep0 = AK.dynamic_shared_bytes(src), rep
+            elif on:   # pair tables with fewer copies than REP (the block at its budget): no copies of the half table, the kernel without HLREP
+                assert h == 1 and src == off, (kb, vb)
+            dyn, rep0, off = AK.dynamic_shared_bytes(src), rep, src
             outs.append(E.check_final(kc, vc, 1, 2, 4, D, 700, True, fold=True))
             mx.random.seed(3)
             k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
