@@ -4,7 +4,6 @@ and what that code decoded from them (`data/make_calibrated_8924c09.py` made bot
 from pathlib import Path
 
 import numpy as np
-import mlx.core as mx
 
 from mlx_kvq.integrate import load_prompt_cache
 from mlx_kvq.calibrated import CalibratedTurboCodec
