@@ -2274,6 +2274,6 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
 """
     return head + f"""    for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH)
     const int t0 = sp * CH, NV = min(CH, N - t0);
-    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=v4) if wsm else _softmax()}    {_lean_values(vplan, G, rep, hrep=hrep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
+    {_lean_keys(kplan, G, rep, wsm)}{_warp_softmax(v4=v4) if wsm else _softmax()}    {_lean_values(vplan, G, rep, False, hrep)}    if (tid < G) {{ ml[(((long)r * S + sp) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * S + sp) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
     }}
 """
