@@ -1566,10 +1566,6 @@ def _vtlo(vplan):
     tables' rounding adds up over the tokens, unless their tables are exact in float16 (`half_codebook`: no low parts)"""
     return VTLO and (vplan.mean is not None or vplan.scale is not None) and not vplan.half_exact
 
-def _hl_exact(vplan):
-    "Whether the value tables are read as float16 words without low parts: calibrated values whose tables are exact in float16 (`_Plan.half_exact`)"
-    return HLTAB and (vplan.mean is not None or vplan.scale is not None) and vplan.half_exact
-
 HLTAB = True             # VTLO, value bands of more than 4 bits (no pair table): a shared table of each code's (high, low) float16 halves, so a pair's high and low parts are two lookups and two byte permutes, not a low part computed from the float32 table per lookup (where `_hl_words` says). Offline (`bench/cuda_registers.py --cal --cal-bits 3,6 --fold --sass --loops --set LB=2`, d256): the 3 / 6-bit calibrated pair's value loop 2,698 -> 2,169 SASS instructions (1,882 without VTLO); emulated output bit for bit VTLO's. H200, 2026-11-30, Nsight Compute, 131K (`bench/h200_20261130c/`): Gemma's shape (LB_FEW) cal:3,6 70.6-74.0 -> 68.2-69.9 us, cal:5,4 71.0-71.8 -> 69.4-70.1 (each pair of ranges from one run); the issue's (LB) the auto:5 plan `bench/ncu_decode.py` draws there (3-bit keys, 6-bit values) 172.9-177.4 -> 163.5-165.0, cal:4,5 206.7-208.3 -> 189.2-193.3, but cal:5,4 190.1-195.9 -> 195.8-200.6 (92 -> 152 bytes spilled); every calibrated GPU check passing with it
 HLTAB_LB = 2             # HLTAB in every kernel compiled for at most this many resident blocks an SM (0: no bound; up to 255 registers a thread, LB_FEW's calls); in those of more (LB's 128 registers) only where the value bands of more than 4 bits hold at least half of the value channels (not a narrow outlier band alone: its table cost more than it saved there)
 HLDIR = True             # HLTAB in the lean value loop: a fragment register (two tokens' halves of one channel) permuted straight from the two tokens' (high, low) words, one byte permute each (8 per channel pair and 4 tokens, high and low parts); and every code of more than 4 bits looked up in a table (keys' and values', `_pair`, and HLTAB's) extracted as a byte offset (`_tab_at`, `_field` with `up` = 2: the shift by 2 folded into the extraction's, the table's address into the load), no multiply per lookup; False: each token's pair of channels first, then the transpose (16), and the index times 4 per lookup. H200, 2026-12-01, Nsight Compute, 131K, off -> on (`bench/h200_20261201b/hldir/`): issue's shape cal:3,6 171.9-173.9 -> 160.5-163.9 us, cal:4,5 184.6-185.0 -> 172.8-174.0; Gemma's cal:3,6 64.0-65.6 -> 63.0-63.5; with the byte offsets (`hldir2/`) cal:5,4 178.1-179.1 -> 173.3-174.7, cal:3,6 155.8-158.0
@@ -1577,7 +1573,8 @@ HLDIR = True             # HLTAB in the lean value loop: a fragment register (tw
 def _hl_words(vplan):
     "Words of the values' (high, low) half table (`HLTAB`: `_vtlo`, a band of more than 4 bits with a code table, and a kernel of at most `HLTAB_LB` blocks an SM or such bands holding half the value channels; one word per code-table entry), 0 if none"
     wide = sum(b.n for b in vplan.bands if b.table is not None and b.bits > 4)
-    if not (HLTAB and wide and (_vtlo(vplan) or _hl_exact(vplan))): return 0   # exact tables: the words' high halves 0
+    exact = (vplan.mean is not None or vplan.scale is not None) and vplan.half_exact   # calibrated tables exact in float16: the words' high halves 0
+    if not (HLTAB and wide and (_vtlo(vplan) or exact)): return 0
     lb = getattr(_GEN, 'lb', LB)
     if lb and lb > HLTAB_LB and 2 * wide < sum(b.n for b in vplan.bands): return 0
     return _side_layout(vplan)[3]
@@ -2013,7 +2010,7 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
             for e in range(4):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
         lo = _vtlo(vplan) and not aff   # the tables' low parts: a third product per fragment (low parts times the weights' high parts)
-        hl = 'vhl_s' if (lo or _hl_exact(vplan) and not aff) and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB; exact tables: the low halves 0, not read)
+        hl = 'vhl_s' if not aff and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB; exact tables: the low halves 0, not read)
         for mt in range(2 * ns):
             regs, lows = [], []
             f = 'f' if aff else ''

@@ -17,7 +17,6 @@ kc = CalibratedTurboCodec(3, seed=0, mean=mean, scale=scale, outliers=[2, 11, 30
 vc = CalibratedTurboCodec(6, seed=1, mean=mean[::-1].copy(), scale=scale, dim=D)
 caches = [CodecKVCache(kc, vc), CodecKVCache(kc, AffineCodec(8))]
 mx.random.seed(7)
-dec = {}
 for i, c in enumerate(caches):
     k, v = mx.random.normal((1, 2, 40, D)), mx.random.normal((1, 2, 40, D))
     c.update_and_fetch(k, v)
