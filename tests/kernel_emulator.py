@@ -1,6 +1,8 @@
 """Run mlx_kvq's generated flash-decoding kernel (the CUDA/Metal source of mlx_kvq.attention_kernels) on the CPU:
-the same source compiled as C++ with 128 threads per block (std::thread), barriers for `KVQ_SYNC` and a per-warp exchange
-for the shuffles, blocks one after another. It proves the kernel's index and bit arithmetic against the blockwise
+the same source compiled as C++ with 128 threads per block (fibers of one OS thread, each running until it waits at a
+barrier: `KVQ_SYNC`, the per-warp exchange of the shuffles and of the emulated tensor-core products), blocks one after
+another. (The threads were OS threads until 2026-12-01: the same results bit for bit, and the emulation tests 2-4x
+slower on 2 cores, where every barrier put 128 threads to sleep and woke them.) It proves the kernel's index and bit arithmetic against the blockwise
 reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the real thing).
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
@@ -21,8 +23,11 @@ PRE = r"""
 #include <cmath>
 #include <cstdint>
 #include <atomic>
-#include <barrier>
-#include <thread>
+#include <ucontext.h>
+#include <sys/mman.h>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <vector>
 #include <memory>
 #include <algorithm>
@@ -32,10 +37,47 @@ static inline float4 make_float4(float x, float y, float z, float w) { return fl
 struct uint4 { uint32_t x, y, z, w; };
 struct uint2 { uint32_t x, y; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
-static thread_local int g_tid;
+static int g_tid;
 static int g_bx, g_by, g_nt, g_gx;
-static std::barrier<>* g_bar;
-static std::vector<std::unique_ptr<std::barrier<>>> g_wbar;
+// A block's threads are fibers of one OS thread (ucontext): each runs until it waits at a barrier, then the next one
+// runs, so a barrier costs a user-space switch per thread instead of an OS thread's sleep and wake-up.
+static ucontext_t g_main_ctx, g_ctx[1024];
+static bool g_done[1024];
+static int g_live;
+static std::function<void()> g_body;
+static const size_t KVQ_STACK = 1 << 20;   // per thread, the lowest page a guard (an overflow faults, never corrupts)
+static char* g_stacks; static int g_nstacks;
+static void kvq_next(int me) {   // switch from thread `me` (waiting) to the next live thread; back when switched to again
+    int n = me; do { n = (n + 1) % g_nt; } while (g_done[n] && n != me);
+    if (n == me) return;
+    g_tid = n; swapcontext(&g_ctx[me], &g_ctx[n]); g_tid = me; }
+struct kvq_barrier {   // every thread of its group arrives, then all go on (a generation count; the last arrival goes on at once)
+    int n, count = 0; unsigned gen = 0;
+    explicit kvq_barrier(int n_) : n(n_) {}
+    void arrive_and_wait() {
+        const unsigned g = gen; const int me = g_tid;
+        if (++count == n) { count = 0; ++gen; return; }
+        for (long spins = 0; gen == g; ++spins) {
+            if (spins > 100000000L) { fprintf(stderr, "kernel emulator: threads wait at a barrier that the others never reach\n"); abort(); }
+            kvq_next(me); } } };
+static kvq_barrier* g_bar;
+static std::vector<std::unique_ptr<kvq_barrier>> g_wbar;
+static void kvq_fiber() {   // a thread's life: the kernel, then the next live thread (or the launch, after the last)
+    const int me = g_tid; g_body(); g_done[me] = true;
+    if (--g_live == 0) setcontext(&g_main_ctx);
+    int n = me; do { n = (n + 1) % g_nt; } while (g_done[n]);
+    g_tid = n; setcontext(&g_ctx[n]); }
+static void kvq_run_block(int NTH) {   // the block's NTH threads from the kernel's start to its end
+    if (NTH > g_nstacks) {
+        if (g_stacks) munmap(g_stacks, (size_t)g_nstacks * KVQ_STACK);
+        g_stacks = (char*)mmap(nullptr, (size_t)NTH * KVQ_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (g_stacks == (char*)MAP_FAILED) { fprintf(stderr, "kernel emulator: no memory for the threads' stacks\n"); abort(); }
+        for (int t = 0; t < NTH; ++t) mprotect(g_stacks + (size_t)t * KVQ_STACK, 4096, PROT_NONE);
+        g_nstacks = NTH; }
+    for (int t = 0; t < NTH; ++t) {
+        getcontext(&g_ctx[t]); g_ctx[t].uc_stack.ss_sp = g_stacks + (size_t)t * KVQ_STACK; g_ctx[t].uc_stack.ss_size = KVQ_STACK;
+        g_ctx[t].uc_link = &g_main_ctx; makecontext(&g_ctx[t], kvq_fiber, 0); g_done[t] = false; }
+    g_live = NTH; g_tid = 0; swapcontext(&g_main_ctx, &g_ctx[0]); }
 static float g_slot[1024];
 static float kvq_shfl(float v, int o) {
     g_slot[g_tid] = v; g_wbar[g_tid >> 5]->arrive_and_wait();
@@ -172,21 +214,18 @@ def compile_kernel(source, ins, outs, head=""):
     params += [f'{ty}* {n}' for n, ty in outs]; cparams += [f'{ty}* {n}' for n, ty in outs]; args += [n for n, _ in outs]
     code = PRE + CUDA_NAMES + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
     code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
-    code += """    std::barrier<> bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
-    g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new std::barrier<>(32));
-    for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) {
-        g_bx = bx; g_by = by;
-        std::vector<std::thread> th;
-        for (int t = 0; t < NTH; ++t) th.emplace_back([=]() { g_tid = t; kernel(""" + ', '.join(args) + """); });
-        for (auto& x : th) x.join();
-    }
+    code += """    kvq_barrier bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
+    g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new kvq_barrier(32));
+    g_body = [=]() { kernel(""" + ', '.join(args) + """); };
+    for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) { g_bx = bx; g_by = by; kvq_run_block(NTH); }
+    g_body = nullptr;
 }
 """
     key = hashlib.sha1(code.encode()).hexdigest()[:16]
     if key not in _LIBS:
         d = tempfile.mkdtemp()
         with open(f'{d}/k.cpp', 'w') as f: f.write(code)
-        r = subprocess.run(['g++', '-std=c++20', '-O1', '-shared', '-fPIC', '-pthread', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
+        r = subprocess.run(['g++', '-std=c++20', '-O0', '-shared', '-fPIC', '-pthread', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
         if r.returncode: raise RuntimeError(r.stderr[-4000:])
         _LIBS[key] = ctypes.CDLL(f'{d}/k.so')
     lib = _LIBS[key]

@@ -1,5 +1,5 @@
 """The generated flash-decoding kernel (mlx_kvq.attention_kernels), compiled as C++ and run on the CPU by
-tests/kernel_emulator.py (128 threads per block, real barriers and warp exchanges), against the blockwise reference.
+tests/kernel_emulator.py (128 threads per block as fibers, real barriers and warp exchanges), against the blockwise reference.
 It checks the kernel's index and bit arithmetic on a machine without a GPU; bench/check_fused_cuda.py checks the
 real kernel on the GPU."""
 import re, shutil, subprocess, sys
@@ -10,10 +10,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def _cxx20():
     if not shutil.which('g++'): return False
-    r = subprocess.run(['g++', '-std=c++20', '-x', 'c++', '-fsyntax-only', '-'], input='#include <barrier>\nint main(){}', capture_output=True, text=True)
+    r = subprocess.run(['g++', '-std=c++20', '-x', 'c++', '-fsyntax-only', '-'], input='#include <ucontext.h>\n#include <functional>\nint main(){}', capture_output=True, text=True)
     return r.returncode == 0
 
-pytestmark = pytest.mark.skipif(not _cxx20(), reason='needs g++ with C++20 (<barrier>) to emulate the kernel')
+pytestmark = pytest.mark.skipif(not _cxx20(), reason='needs g++ with C++20 and <ucontext.h> to emulate the kernel')
 
 import kernel_emulator as E
 from mlx_kvq import attention_kernels as AK
