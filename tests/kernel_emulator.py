@@ -46,7 +46,7 @@ static bool g_done[1024];
 static int g_live;
 static std::function<void()> g_body;
 static const size_t KVQ_STACK = 1 << 20;   // per thread, the lowest page a guard (an overflow faults, never corrupts)
-static char* g_stacks; static int g_nstacks;
+static char* g_stacks;   // a launch's threads' stacks (mapped for the launch, unmapped after it: a process loads hundreds of kernels)
 static void kvq_next(int me) {   // switch from thread `me` (waiting) to the next live thread; back when switched to again
     int n = me; do { n = (n + 1) % g_nt; } while (g_done[n] && n != me);
     if (n == me) return;
@@ -67,13 +67,13 @@ static void kvq_fiber() {   // a thread's life: the kernel, then the next live t
     if (--g_live == 0) setcontext(&g_main_ctx);
     int n = me; do { n = (n + 1) % g_nt; } while (g_done[n]);
     g_tid = n; setcontext(&g_ctx[n]); }
+static void kvq_stacks(int NTH, bool map) {   // map (with guard pages) or unmap the NTH threads' stacks
+    if (!map) { munmap(g_stacks, (size_t)NTH * KVQ_STACK); g_stacks = nullptr; return; }
+    g_stacks = (char*)mmap(nullptr, (size_t)NTH * KVQ_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g_stacks == (char*)MAP_FAILED) { fprintf(stderr, "kernel emulator: no memory for the threads' stacks\n"); abort(); }
+    for (int t = 0; t < NTH; ++t)
+        if (mprotect(g_stacks + (size_t)t * KVQ_STACK, 4096, PROT_NONE)) { fprintf(stderr, "kernel emulator: no guard page\n"); abort(); } }
 static void kvq_run_block(int NTH) {   // the block's NTH threads from the kernel's start to its end
-    if (NTH > g_nstacks) {
-        if (g_stacks) munmap(g_stacks, (size_t)g_nstacks * KVQ_STACK);
-        g_stacks = (char*)mmap(nullptr, (size_t)NTH * KVQ_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (g_stacks == (char*)MAP_FAILED) { fprintf(stderr, "kernel emulator: no memory for the threads' stacks\n"); abort(); }
-        for (int t = 0; t < NTH; ++t) mprotect(g_stacks + (size_t)t * KVQ_STACK, 4096, PROT_NONE);
-        g_nstacks = NTH; }
     for (int t = 0; t < NTH; ++t) {
         getcontext(&g_ctx[t]); g_ctx[t].uc_stack.ss_sp = g_stacks + (size_t)t * KVQ_STACK; g_ctx[t].uc_stack.ss_size = KVQ_STACK;
         g_ctx[t].uc_link = &g_main_ctx; makecontext(&g_ctx[t], kvq_fiber, 0); g_done[t] = false; }
@@ -217,8 +217,9 @@ def compile_kernel(source, ins, outs, head=""):
     code += """    kvq_barrier bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new kvq_barrier(32));
     g_body = [=]() { kernel(""" + ', '.join(args) + """); };
+    kvq_stacks(NTH, true);
     for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) { g_bx = bx; g_by = by; kvq_run_block(NTH); }
-    g_body = nullptr;
+    kvq_stacks(NTH, false); g_body = nullptr;
 }
 """
     key = hashlib.sha1(code.encode()).hexdigest()[:16]
