@@ -444,6 +444,15 @@ def test_exact_half_tables(monkeypatch):
         for a, b in zip(*outs): assert mx.array_equal(a, b).item(), (kb, vb, D)
         assert E.check_final(kc, vc, 1, 2, 4, D, n, True, fold=True) <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D)
 
+def _final_and_emulated(kc, vc, kp, vp, D, n=700):
+    "[the final path's error (1 batch, 2 KV heads of 4 query heads, n tokens, masked), the emulated kernel's outputs on seeded random data]: what the table-layout tests compare between two kernels"
+    err = E.check_final(kc, vc, 1, 2, 4, D, n, True, fold=True)
+    mx.random.seed(3)
+    k, v = mx.random.normal((1, 2, n, D)), mx.random.normal((1, 2, n, D))
+    q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
+    mask = mx.random.uniform(shape=(1, 1, 1, 1, n)) > 0.3
+    return [err, E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, n)]
+
 def test_half_table_copies(monkeypatch):
     """`HLREP`: the (high, low) half table of value bands of more than 4 bits kept as `rep` copies in the dynamic shared
     memory beside the pair tables (lane l reads copy l % rep, so a warp's 32 lookups never meet in a bank), the copy's
@@ -469,12 +478,7 @@ def test_half_table_copies(monkeypatch):
             elif on:   # pair tables with fewer copies than REP (the block at its budget): no copies of the half table, the kernel without HLREP
                 assert h == 1 and src == off, (kb, vb)
             dyn, rep0, off = AK.dynamic_shared_bytes(src), rep, src
-            outs.append(E.check_final(kc, vc, 1, 2, 4, D, 700, True, fold=True))
-            mx.random.seed(3)
-            k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
-            q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
-            mask = mx.random.uniform(shape=(1, 1, 1, 1, 700)) > 0.3
-            outs.append(E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, 700))
+            outs += _final_and_emulated(kc, vc, kp, vp, D)
         assert outs[0] == outs[2] and outs[0] <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D, outs[0], outs[2])   # the final path: the same error
         for a, b in zip(outs[1], outs[3]): assert mx.array_equal(a, b).item(), (kb, vb, D, half)
 
@@ -496,12 +500,7 @@ def test_band_copies(monkeypatch):
         for on in (False, True):
             monkeypatch.setattr(AK, 'BREP', on)
             srcs.append(AK._decode_source(kp, vp, 4, 'cuda', fold='dense'))
-            outs.append(E.check_final(kc, vc, 1, 2, 4, D, 700, True, fold=True))
-            mx.random.seed(3)
-            k, v = mx.random.normal((1, 2, 700, D)), mx.random.normal((1, 2, 700, D))
-            q = mx.random.normal((1, 2, 4, 1, D)) * D ** -0.5
-            mask = mx.random.uniform(shape=(1, 1, 1, 1, 700)) > 0.3
-            outs.append(E.emulate(q, kp, vp, kc.encode(k), vc.encode(v), mask, 700))
+            outs += _final_and_emulated(kc, vc, kp, vp, D)
         fewer = sorted({r for sd in 'kv' for r in br[sd][0] if r < AK.REP})
         assert all(f"lr{r} = KVQ_SADDR(" in srcs[1] for r in fewer) and not any(f"lr{r} = KVQ_SADDR(" in srcs[0] for r in fewer), (kb, vb)
         assert outs[0] == outs[2] and outs[0] <= E.final_tolerance(kc, vc, 4, D), (kb, vb, D, outs[0], outs[2])
