@@ -2,7 +2,8 @@
 the same source compiled as C++ with 128 threads per block (fibers of one OS thread, each running until it waits at a
 barrier: `KVQ_SYNC`, the per-warp exchange of the shuffles and of the emulated tensor-core products), blocks one after
 another. (The threads were OS threads until 2026-12-01: the same results bit for bit, and the emulation tests 2-4x
-slower on 2 cores, where every barrier put 128 threads to sleep and woke them.) It proves the kernel's index and bit arithmetic against the blockwise
+slower on 2 cores, where every barrier put 128 threads to sleep and woke them.) Threads that wait at a barrier the others
+never reach stop the launch with an error naming the block (OS threads hung there). It proves the kernel's index and bit arithmetic against the blockwise
 reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the real thing).
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
@@ -44,6 +45,8 @@ static int g_bx, g_by, g_nt, g_gx;
 static ucontext_t g_main_ctx, g_ctx[1024];
 static bool g_done[1024];
 static int g_live;
+static unsigned long g_progress;   // arrivals at barriers and threads' ends: a round of every live thread without one is a deadlock
+static bool g_stuck;               // the block's threads wait at a barrier that the others never reach (the launch stops, `launch` says where)
 static std::function<void()> g_body;
 static const size_t KVQ_STACK = 1 << 20;   // per thread, the lowest page a guard (an overflow faults, never corrupts)
 static char* g_stacks;   // a launch's threads' stacks (mapped for the launch, unmapped after it: a process loads hundreds of kernels)
@@ -56,14 +59,15 @@ struct kvq_barrier {   // every thread of its group arrives, then all go on (a g
     explicit kvq_barrier(int n_) : n(n_) {}
     void arrive_and_wait() {
         const unsigned g = gen; const int me = g_tid;
+        ++g_progress;
         if (++count == n) { count = 0; ++gen; return; }
-        for (long spins = 0; gen == g; ++spins) {
-            if (spins > 100000000L) { fprintf(stderr, "kernel emulator: threads wait at a barrier that the others never reach\n"); abort(); }
-            kvq_next(me); } } };
+        while (gen == g) {
+            const unsigned long p = g_progress; kvq_next(me);   // (back after every other live thread had its turn)
+            if (gen == g && g_progress == p) { g_stuck = true; setcontext(&g_main_ctx); } } } };
 static kvq_barrier* g_bar;
 static std::vector<std::unique_ptr<kvq_barrier>> g_wbar;
 static void kvq_fiber() {   // a thread's life: the kernel, then the next live thread (or the launch, after the last)
-    const int me = g_tid; g_body(); g_done[me] = true;
+    const int me = g_tid; g_body(); g_done[me] = true; ++g_progress;
     if (--g_live == 0) setcontext(&g_main_ctx);
     int n = me; do { n = (n + 1) % g_nt; } while (g_done[n]);
     g_tid = n; setcontext(&g_ctx[n]); }
@@ -213,13 +217,14 @@ def compile_kernel(source, ins, outs, head=""):
             params.append(f'Strides {n}_strides'); cparams.append(f'const long long* {n}_st'); args.append(f'Strides{{{n}_st}}')
     params += [f'{ty}* {n}' for n, ty in outs]; cparams += [f'{ty}* {n}' for n, ty in outs]; args += [n for n, _ in outs]
     code = PRE + CUDA_NAMES + "static void kernel(" + ', '.join(params) + ") {\n" + MACROS + src + "\n}\n"
-    code += 'extern "C" void launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {\n"
+    code += 'extern "C" int launch(' + ', '.join(cparams + ['int GX', 'int GY', 'int NTH']) + ") {   // 0, or 1 + the block where the threads deadlocked\n"
     code += """    kvq_barrier bar(NTH); g_bar = &bar; g_nt = NTH; g_gx = GX;
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new kvq_barrier(32));
     g_body = [=]() { kernel(""" + ', '.join(args) + """); };
-    kvq_stacks(NTH, true);
-    for (int by = 0; by < GY; ++by) for (int bx = 0; bx < GX; ++bx) { g_bx = bx; g_by = by; kvq_run_block(NTH); }
+    kvq_stacks(NTH, true); g_stuck = false;
+    for (int by = 0; by < GY && !g_stuck; ++by) for (int bx = 0; bx < GX && !g_stuck; ++bx) { g_bx = bx; g_by = by; kvq_run_block(NTH); }
     kvq_stacks(NTH, false); g_body = nullptr;
+    return g_stuck ? 1 + g_bx + GX * g_by : 0;
 }
 """
     key = hashlib.sha1(code.encode()).hexdigest()[:16]
@@ -237,7 +242,9 @@ def compile_kernel(source, ins, outs, head=""):
             if n + '_strides' in seen:
                 st = np.array([x // a.itemsize for x in a.strides], np.int64); keep.append(st); cargs.append(st.ctypes.data_as(ctypes.c_void_p))
         for o in outputs: cargs.append(o.ctypes.data_as(ctypes.c_void_p))
-        lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
+        stuck = lib.launch(*cargs, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(nthreads))
+        if stuck: raise RuntimeError(f"kernel emulator: in block ({(stuck - 1) % gx}, {(stuck - 1) // gx}) threads wait at a barrier that the others "
+                                     "never reach (a barrier in code some threads skip, or threads that returned before it)")
     return launch
 
 _CTYPES = {'uint32': 'uint32_t', 'int32': 'int32_t', 'float32': 'float', 'float16': 'float', 'bfloat16': 'float'}

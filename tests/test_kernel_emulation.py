@@ -249,6 +249,21 @@ def test_emulator_catches_a_wrong_kernel(monkeypatch):
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
     assert E.check(kc, vc, B, Hkv, G, D, n, False) > 1e-2
 
+def test_emulator_reports_a_barrier_never_reached():
+    """The emulator runs a block's threads as fibers: a kernel whose threads wait at a barrier the others never reach (a
+    block barrier or a warp's exchange inside code some threads skip) stops with an error naming the block, instead of
+    hanging the test run; the same kernel with the barrier reached by all runs, its threads' writes after the barrier seeing
+    the writes before it"""
+    ok = E.compile_kernel("KVQ_SHARED float s[128];\ns[KVQ_TID] = x[0] + KVQ_TID;\nKVQ_SYNC();\nout[KVQ_BX * 128 + KVQ_TID] = s[127 - KVQ_TID];", [('x', 'float')], ['out'])
+    out = np.full(256, np.nan, np.float32)
+    ok([np.array([2.0], np.float32)], [out], 2, 1, 128)
+    assert np.array_equal(out, np.tile(2.0 + np.arange(127, -1, -1), 2).astype(np.float32))
+    for body in ("if (KVQ_BX == 1 && KVQ_TID < 64) KVQ_SYNC();", "if (KVQ_BX == 1 && (KVQ_TID & 31) < 16) KVQ_SYNCWARP();",
+                 "if (KVQ_BX == 1 && KVQ_TID == 5) return;\nKVQ_SYNC();"):
+        bad = E.compile_kernel(body + "\nout[KVQ_BX * 128 + KVQ_TID] = x[0];", [('x', 'float')], ['out'])
+        with pytest.raises(RuntimeError, match=r"in block \(1, 0\) threads wait at a barrier"):
+            bad([np.array([2.0], np.float32)], [out], 2, 1, 128)
+
 def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     "The tensor-core kernel's check is not vacuous either: swapping two tokens' halves in the value fragments, or one pair's codes in the key fragments, is caught"
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
