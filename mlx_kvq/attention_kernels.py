@@ -16,8 +16,8 @@ __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
            'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'HLDIR', 'HLREP', 'BREP', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK',
-           'scratch_floats', 'dynamic_shared_bytes']
+           'HLDIR', 'HLREP', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
+           'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -566,7 +566,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR, HLREP, BREP)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR, HLREP)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1149,13 +1149,13 @@ def _raw_loads(raw, ok, n_words, st3, vec, full=False):
                 {scalar}
                 }}"""
 
-def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None, hl=None, woff=None):
-    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits; lean loops: `lut` a shared address, `rep` copies of each entry, the band's table at entry `loff` of tables of `rep` copies or, per band (`BREP`), at word `woff`) or two in the code table (`hl`: in its table of (high, low) halves, `_hl_fill`)"
+def _pair(b, tab, toff, lut, loff, arr, off, out, rep=None, hl=None):
+    "Source: `out` = the half2 (first code in the low half) of the two codes at bit `off` of `arr`: one lookup in the pair table (<= 4 bits; lean loops: `lut` a shared address, `rep` copies of each entry) or two in the code table (`hl`: in its table of (high, low) halves, `_hl_fill`)"
     if b.bits <= 4:
         if rep is None: return f"const uint32_t {out} = {lut}[{loff} + {_field(arr, off, 2 * b.bits)}];"
         fld = f"KVQ_PRMT({arr}[{off >> 5}], 0u, {0x4440 + ((off & 31) >> 3):#x})" if b.bits == 4 else _field(arr, off, 2 * b.bits)
         if _DIAG == 'nolds': return f"const uint32_t {out} = ({fld}) * 0x00410041u;"   # bench only: no table lookup (wrong values)
-        return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff if woff is None else 4 * woff} + {fld} * {4 * rep});"
+        return f"uint32_t {out}; KVQ_LDS32({out}, {lut} + {4 * rep * loff} + {fld} * {4 * rep});"
     if hl and b.table is not None: return f"const uint32_t {out} = {_hl_pick(hl, toff, arr, off, b.bits, 0x5410)};"
     if b.table is None: v = lambda o: f"(float){_field(arr, o, b.bits)}"
     elif HLDIR: v = lambda o: _tab_at(tab, toff, arr, o, b.bits, 'float')
@@ -1170,11 +1170,11 @@ def _lo_pair(x0, x1, out):
     "Source: half2 `out` (already declared) of what rounding the floats x0, x1 to half precision leaves (`_split`'s low part)"
     return f"{{ {_split(x0, x1, 'kvq_th', 'kvq_tl')} {out} = kvq_tl; }}"
 
-def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep, hl=None, woff=None):
+def _pair_lo(b, tab, toff, lut, loff, arr, off, out, rep, hl=None):
     """Source: `out` = the half2 of the low parts (`VTLO`) of the two codes at bit `off` of `arr`: one lookup in the low-part
     pair table `lut` (<= 4 bits), else two in `hl`, the table of (high, low) halves per code (`_hl_fill`; the same words
     `_pair` reads for the high parts), or, without it, from the float32 code table"""
-    if b.bits <= 4: return _pair(b, tab, toff, lut, loff, arr, off, out, rep, woff=woff)
+    if b.bits <= 4: return _pair(b, tab, toff, lut, loff, arr, off, out, rep)
     if hl: return f"const uint32_t {out} = {_hl_pick(hl, toff, arr, off, b.bits, 0x7632)};"
     return f"uint32_t {out}; " + _lo_pair(f"{tab}[{toff} + {_field(arr, off, b.bits)}]", f"{tab}[{toff} + {_field(arr, off + b.bits, b.bits)}]", out)
 
@@ -1185,10 +1185,10 @@ def _luts(plan):
         offs.append(t); t += (1 << 2 * b.bits) if b.bits <= 4 else 0
     return offs, max(t, 1)
 
-def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False, br=None):
+def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False):
     """Source: fill the pair tables of `plan`'s bands in shared memory from the code tables (affine: the codes themselves); lean loops: `rep` copies of each entry side by side.
     `lo` (`VTLO`): the table of what rounding each pair to half precision leaves (bands with code tables only). The lean
-    loops read no table of `_amagic` bands: theirs is left unfilled. `br`: the side's (copies, word offset) per band (`BREP`)"""
+    loops read no table of `_amagic` bands: theirs is left unfilled"""
     out = []
     for i, b in enumerate(plan.bands):
         if b.bits > 4 or lo and b.table is None or rep is not None and _amagic(b): continue
@@ -1198,8 +1198,7 @@ def _lut_fill(plan, toff, loffs, lut, tab, rep=None, lo=False, br=None):
         else:
             x0, x1 = v(f'e & {M}'), v(f'e >> {b.bits}')
             put = _lo_pair(x0, x1, 'x') if lo else f"KVQ_H2(x, {x0}, {x1});"
-            r, wo = (br[0][i], br[1][i]) if br else (rep, loffs[i] * rep)
-            out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * r}; i += {NT}) {{ const int e = i / {r}; uint32_t x; {put} {lut}[{wo} + i] = x; }}")
+            out.append(f"for (int i = tid; i < {(1 << 2 * b.bits) * rep}; i += {NT}) {{ const int e = i / {rep}; uint32_t x; {put} {lut}[{loffs[i] * rep} + i] = x; }}")
     return '\n    '.join(out)
 
 _SCS = {}                # while a source is generated with SCAL: side -> (scalars per token, each band's offset)
@@ -1274,7 +1273,7 @@ def _magic_key_dims(b, m):
     o = 8 * (m >> 1) + 2 * (m & 1)
     return (o, o + 4), (o + 1, o + 5)
 
-def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False, woff=None):
+def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False):
     """Source: the A-fragment registers a0..a3 (affine: scaled copies a0f..a3f) of 16-dim step m of a key tile: the words of token half `t` in `word(t)`, the scale and bias halves of group j in `scl(t, j)`.
     `magic` (`_amagic` bands, lean loops): the dims `_magic_key_dims` names, by `_magic_pair`"""
     regs = []
@@ -1288,7 +1287,7 @@ def _key_regs(b, ktoff, lut, loff, m, R, word, scl, rep=None, magic=False, woff=
             regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
         return regs
     for r, (arr, pp) in enumerate((('ya', 0), ('yb', 0), ('ya', 1), ('yb', 1))):
-        regs.append(_pair(b, 'ktab_s', ktoff, lut, loff, word(arr), (4 * m + 2 * pp) * b.bits, f"a{r}", rep, woff=woff))
+        regs.append(_pair(b, 'ktab_s', ktoff, lut, loff, word(arr), (4 * m + 2 * pp) * b.bits, f"a{r}", rep))
         if b.table is None:
             s, z = scl(arr[1], j)
             regs.append(f"uint32_t a{r}f; KVQ_HFMA2(a{r}f, a{r}, {s}, {z});")
@@ -1523,7 +1522,7 @@ VLO = True               # lean value loop: the weights as hi + lo parts (two pr
 VTLO = True              # lean value loop: the code tables' values as hi + lo parts too (a third product per fragment, a second pair table in shared memory): the values' tables no longer rounded to float16, so calibrated values under 4 bits take the tensor cores (`_mma_ok`). H200, 2026-11-30 (`bench/h200_20261130b/`): the 24K calibrated decode steps 5.5e-4 with it (failing the 2e-3 bar without it in earlier runs), Gemma's shape at 131K cal:5,4 62 -> 70-71 us, cal:3,2 125 us (SIMT) -> 52-57 us; False: tables rounded to float16 (calibrated values under 4 bits on the SIMT kernel)
 VPACK = True             # lean value loop with VLO and at most 4 query heads per KV head: the weights' high parts in the B operand's columns 0-3 and their low parts in columns 4-7 (lanes gid >= 4), one product per fragment instead of two (three with VTLO: two); columns g and g + 4 summed once, by one shuffle, before the warps' sums. H200, 2026-11-30, Nsight Compute, the decode kernel at 131K, issue's shape (`bench/h200_20261130f/`, two machine starts for turbo:4): turbo:4 84.5-85.4 -> 79.4-80.3 us, affine:4 88.1-90.6 -> 81.5-81.9, affine:8,4 96.0-96.3 -> 92.9-93.4
 ROT = True               # lean loops with PF: PF + 1 register sets of tile loads used in rotation (the loop unrolled PF + 1 times; no register copies per tile), else PF sets copied out before each reload
-REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory. H200, 2026-12-01, Nsight Compute, 131K (`bench/h200_20261201e/knobs_kern.txt`): the issue's cal:3,6 (16 copies fit) 154.2-158.8 us, with 8 copies 178.9-180.3, with 4 183.7-185.7; Llama's cal1:2,6 (32) 61.2-63.3, with 16 67.4-68.2
+REP = 32                 # copies of each pair table (lane l reads copy l % REP: 32 = no bank conflicts), at most what fits the shared memory. H200, 2026-12-01, Nsight Compute, 131K (`bench/h200_20261201e/knobs_kern.txt`): the issue's cal:3,6 (16 copies fit) 154.2-158.8 us, with 8 copies 178.9-180.3, with 4 183.7-185.7; Llama's cal1:2,6 (32) 61.2-63.3, with 16 67.4-68.2. Copies per band where all tables do not fit REP (tried as `BREP`, commit 3c9cb02, not kept: 32 copies of the issue's 3-bit key band's table beside 16 of its 4-bit outlier band's, where both had 16; GPU checks passing, emulated bit for bit the kernel without it): no faster, 156.3-159.3 us against 155.9-158.1 alternating, Gemma's cal:3,6 60.5-61.8 against 58.5-61.0 (`bench/h200_20261201e/brep/`)
 
 DYNLUT = True            # CUDA lean loops: the pair tables in dynamic shared memory (MLX's `shared_memory`), so that REP copies (no bank conflicts) fit beside 1024-token chunks' score buffers: the static 46 KB held 16 copies (two-way conflicts on every lookup of 4-bit codes, `bench/h200_20261128e/`)
 DYN_BUDGET = 56 * 1024   # DYNLUT: shared bytes per block, static and dynamic: 4 resident blocks (LB) of an H100 / H200 SM (228 KB, 1 KB of it reserved per block); under 64 KB, which any sm_80+ GPU gives a block
@@ -1608,44 +1607,6 @@ def _lean_rep(kplan, vplan, G, staged=0, park=0):
     rep = max(1, REP)
     while rep and base + 4 * L * rep > (_dyn_budget() if DYNLUT else _SHARED_LIMIT['cuda']): rep //= 2
     return rep
-
-BREP = False             # DYNLUT lean kernels whose pair tables do not fit REP copies each (`_lean_rep` < REP): copies per band instead, every table REP and the largest (entries x copies) halved until they fit (`_band_reps`), so that a narrow band's big table (the calibrated codecs' 4-bit outlier band of 16 channels beside 3-bit keys: 256 entries against 64) no longer halves the copies of the band most lookups read (32 copies of the 3-bit band's table, 16 of the outlier band's, where both had 16). Off: no faster. H200, 2026-12-01, Nsight Compute, 131K, alternating (`bench/h200_20261201e/brep/`): the issue's shape cal:3,6 155.9-158.1 us off, 156.3-159.3 on; Gemma's 58.5-61.0 off, 60.5-61.8 on (offline the score loop 13 SASS instructions longer at d128: the second table address); the GPU checks of those kernels passing with it on (`check/`, `check64/`); emulated bit for bit the kernel without it (`test_band_copies`). So the halved copies' cost measured with REP=8 (`knobs_kern.txt`) is not the 3-bit band's lookups'
-
-_BR = {}                 # while a lean source is generated with BREP: side ('k' / 'v') -> (copies per band, word offset per band, words)
-
-def _blut(side, i, lut, rep):
-    "(shared address, copies, word offset) of band i's pair table on `side`: with BREP the band's own copies (address `lut` + its copies where fewer than `rep`), else `rep` copies and no word offset (`_pair` places the band by its entry offset)"
-    if side not in _BR: return lut, rep, None
-    r, wo = _BR[side][0][i], _BR[side][1][i]
-    return (lut if r == rep else f"{lut}{r}"), r, wo
-
-def _band_reps(kplan, vplan, G, staged=0, park=0):
-    """BREP: {side: (copies per band, word offset per band, words)} where the pair tables do not fit REP copies each within
-    the block's dynamic budget: every band's table REP copies, then the table with the most words halved, until all fit
-    beside the rest of the kernel's shared memory; {} where they all fit REP, or where the copies come out the same for every band"""
-    if not (BREP and DYNLUT): return {}
-    share, vlo = _lut_shared(kplan, vplan), 2 if _vlo_words(vplan) else 1   # VTLO: the values' tables twice (high and low parts)
-    ents = {}
-    for sd, plan in (('k', kplan), ('v', vplan)):
-        if sd == 'v' and share: continue
-        for i, b in enumerate(plan.bands):
-            if b.bits <= 4: ents[sd, i] = (1 << 2 * b.bits) * (vlo if sd == 'v' or share else 1)
-    reps = {k: REP for k in ents}
-    base = _lean_bytes(kplan, vplan, G, staged, park)[0]
-    while base + 4 * sum(e * reps[k] for k, e in ents.items()) > _dyn_budget():
-        k = max((k for k in ents if reps[k] > 1), key=lambda k: ents[k] * reps[k], default=None)
-        if k is None: return {}
-        reps[k] //= 2
-    if len(set(reps.values())) <= 1: return {}
-    out = {}
-    for sd, plan in (('k', kplan), ('v', vplan)):
-        if sd == 'v' and share: out['v'] = out['k']; continue
-        rs, wo, t = [], [], 0
-        for i, b in enumerate(plan.bands):
-            r = reps.get((sd, i), REP); rs.append(r); wo.append(t)
-            if (sd, i) in reps: t += (1 << 2 * b.bits) * r
-        out[sd] = (rs, wo, max(t, 1))
-    return out
 
 def _lean_bytes(kplan, vplan, G, staged=0, park=0):
     "(shared bytes of a lean kernel besides its pair tables (one copy of the half table among them), words of one copy of the pair tables)"
@@ -1944,8 +1905,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
         body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
         for m in range(2 * ns):
-            klr_, krep, kwo = _blut('k', i, 'klr', rep)
-            regs = _key_regs(b, ktoff[i], klr_, kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), krep, _amagic(b), kwo)
+            regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep, _amagic(b))
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
                         + (f" KVQ_MMA(c[{(2 * (m & 1)) % KACC}], a, qh{kb}a, qh{kb}b); KVQ_MMA(c[{(2 * (m & 1) + 1) % KACC}], a, ql{kb}a, ql{kb}b); }}" if QLO
@@ -2023,7 +1983,6 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
     MT = 0
     for i, b in enumerate(vplan.bands):
         ns = vsl[i]; Rv = 4 * ns; aff = b.table is None
-        vlr_, vrep, vwo = _blut('v', i, 'vlr', rep); vlrl_ = _blut('v', i, 'vlrl', rep)[0]   # the band's pair tables (BREP: its own copies)
         body = []
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
@@ -2068,8 +2027,8 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
             elif il:   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s even / odd channel of this step, r = 2 / 3 the pair (2, 3)'s
                 for r in range(4):
                     arr = f"{'io' if r & 1 else 'ie'}{r >> 1}"
-                    regs.append(_pair(b, 'vtab_s', vtoff[i], vlr_, vloff[i], arr, 8 * mt, f"h{r}", vrep, woff=vwo))
-                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], vlrl_, vloff[i], arr, 8 * mt, f"l{r}", vrep, woff=vwo))
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], arr, 8 * mt, f"h{r}", rep))
+                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], arr, 8 * mt, f"l{r}", rep))
                 frag, lfrag = "{h0, h1, h2, h3}", "{l0, l1, l2, l3}"
             elif hl and HLDIR and b.table is not None and b.bits > 4:   # each code's (high, low) halves in one word: a fragment register (two tokens, one channel) is one byte permute of two tokens' words
                 for e in range(4):
@@ -2078,8 +2037,8 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
                 frag, lfrag = pick('0x5410'), pick('0x7632')
             else:
                 for e in range(4):
-                    regs.append(_pair(b, 'vtab_s', vtoff[i], vlr_, vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", vrep, hl, vwo))
-                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], vlrl_, vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"l{e}", vrep, hl, vwo))
+                    regs.append(_pair(b, 'vtab_s', vtoff[i], 'vlr', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"h{e}", rep, hl))
+                    if lo: lows.append(_pair_lo(b, 'vtab_s', vtoff[i], 'vlrl', vloff[i], f"y{e}{i}", 2 * mt * b.bits, f"l{e}", rep, hl))
                     if aff: regs.append(f"uint32_t h{e}f; KVQ_HFMA2(h{e}f, h{e}, s{e}, z{e});")
                 frag = (f"{{KVQ_PRMT(h0{f}, h1{f}, 0x5410), KVQ_PRMT(h0{f}, h1{f}, 0x7632),"
                         f" KVQ_PRMT(h2{f}, h3{f}, 0x5410), KVQ_PRMT(h2{f}, h3{f}, 0x7632)}}")
@@ -2254,11 +2213,8 @@ def _lean_body(kplan, vplan, G, qprep, carry=False):
     pk = _park_floats(vplan, G, carry)
     rep = _lean_rep(kplan, vplan, G, _stage_bytes(kplan, vplan), pk) if _STAGED else 0
     if not rep: _STAGED.clear(); rep = max(1, _lean_rep(kplan, vplan, G, park=pk))   # stages that do not fit: none
-    _BR.clear()
-    if rep < REP: _BR.update(_band_reps(kplan, vplan, G, _stage_bytes(kplan, vplan) if _STAGED else 0, pk))
-    if _BR: rep = REP   # (the bands' most copies)
     try: return _lean_source(kplan, vplan, G, qprep, rep, _lut_shared(kplan, vplan), carry)
-    finally: _STAGED.clear(); _BR.clear()
+    finally: _STAGED.clear()
 
 def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     ksl, vsl = _side_layout(kplan)[0], _side_layout(vplan)[0]
@@ -2272,22 +2228,19 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     if ai: luts += f"KVQ_SHARED float qfx[{4 * G}];\n    KVQ_SHARED uint32_t qbw[{32 * (ai[0] // 2)}];\n    "
     VLL = _vlo_words(vplan)   # the values' low-part pair table (VTLO)
     VHL = _hl_words(vplan)   # the values' (high, low) half table (HLTAB)
-    hrep = _hl_copies(kplan, vplan, G, min(_BR['k'][0] + _BR['v'][0]) if _BR else rep, _stage_bytes(kplan, vplan) if _STAGED else 0, pk)   # its copies (HLREP: in the dynamic memory after the pair tables)
-    KW = _BR['k'][2] if _BR else KL * rep; VW = KW if share else _BR['v'][2] if _BR else VL * rep   # the words of the keys' and the values' pair tables (BREP: copies per band)
-    tw = (KW if share else KW + VW) + (VW if VLL else 0) + (VHL * hrep if hrep > 1 else 0)   # the pair tables' words (and the half table's)
+    hrep = _hl_copies(kplan, vplan, G, rep, _stage_bytes(kplan, vplan) if _STAGED else 0, pk)   # its copies (HLREP: in the dynamic memory after the pair tables)
+    tw = rep * ((KL if share else KL + VL) + VLL) + (VHL * hrep if hrep > 1 else 0)   # the pair tables' words (and the half table's)
     if DYNLUT:   # the pair tables, then the score buffer, in the block's dynamic shared memory (the launch asks for the bytes this comment names)
         d0 = pk * NT   # PARK's floats first (`_park`)
         luts += (f"// kvq_dynamic_shared_bytes: {_dyn_request(4 * (tw + _chmax(G) * G + d0), kplan, vplan, G)}\n    uint32_t* const klut = kvq_dyn{f' + {d0}' if d0 else ''};\n    "
-                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {d0 + KW};")
-                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {d0 + (KW if share else KW + VW)};" if VLL else "")
-                 + (f"\n    uint32_t* const vhl_s = kvq_dyn + {d0 + (KW if share else KW + VW) + (VW if VLL else 0)};\n    const uint32_t hlc = (lane & {hrep - 1}) << 2;   // this lane's copy of the half table (HLREP: {hrep} copies)" if hrep > 1 else ""))
+                 + ("uint32_t* const vlut = klut;" if share else f"uint32_t* const vlut = kvq_dyn + {d0 + KL * rep};")
+                 + (f"\n    uint32_t* const vlutl = kvq_dyn + {d0 + (KL if share else KL + VL) * rep};" if VLL else "")
+                 + (f"\n    uint32_t* const vhl_s = kvq_dyn + {d0 + ((KL if share else KL + VL) + VLL) * rep};\n    const uint32_t hlc = (lane & {hrep - 1}) << 2;   // this lane's copy of the half table (HLREP: {hrep} copies)" if hrep > 1 else ""))
     else: luts += (f"KVQ_SHARED uint32_t klut[{KL * rep}];\n    " + ("uint32_t* const vlut = klut;" if share else f"KVQ_SHARED uint32_t vlut[{VL * rep}];")
                    + (f"\n    KVQ_SHARED uint32_t vlutl[{VLL * rep}];" if VLL else ""))
-    fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep, br=_BR.get('k'))
-    if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep, br=_BR.get('v'))
-    if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True, br=_BR.get('v'))
-    brp = ''.join(f"\n    const KVQ_SPTR {p}{r} = KVQ_SADDR({t} + (lane & {r - 1}));" for sd, ps in (('k', (('klr', 'klut'),)), ('v', (('vlr', 'vlut'),) + ((('vlrl', 'vlutl'),) if VLL else ())))
-                  for p, t in ps for r in sorted({r for r in _BR[sd][0] if r < rep})) if _BR else ''   # BREP: the lanes' copies of bands with fewer
+    fill = _lut_fill(kplan, _side_layout(kplan)[2], kloff, 'klut', 'ktab_s', rep)
+    if not share: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlut', 'vtab_s', rep)
+    if VLL: fill += '\n    ' + _lut_fill(vplan, _side_layout(vplan)[2], vloff, 'vlutl', 'vtab_s', rep, lo=True)
     if VHL and hrep == 1: luts += f"\n    KVQ_SHARED uint32_t vhl_s[{VHL}];"
     if VHL: fill += '\n    ' + _hl_fill(VHL, 'vtab_s', 'vhl_s', hrep)
     dyn = pk * NT + tw if DYNLUT else None   # the score buffer's word offset in the dynamic shared memory (static: None)
@@ -2295,7 +2248,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     head = _mma_head(G, KNS, VNS, dyn) + f"""    {f'KVQ_SHARED KVQ_ALIGN16 uint32_t stg[{_stage_bytes(kplan, vplan) // 4}];' if _STAGED else ''}
     {luts}
     const KVQ_SPTR klr = KVQ_SADDR(klut + (lane & {rep - 1}));
-    const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}{brp}
+    const KVQ_SPTR vlr = KVQ_SADDR(vlut + (lane & {rep - 1}));{f"{chr(10)}    const KVQ_SPTR vlrl = KVQ_SADDR(vlutl + (lane & {rep - 1}));" if VLL else ""}
     {_lean_rows(kplan, vplan)}
 {_qload(kplan, vplan, G, qprep)}{_aint8_prep(kplan, G) if ai else ''}    {fill}
     KVQ_SYNC();

@@ -231,7 +231,7 @@ def compile_kernel(source, ins, outs, head=""):
     if key not in _LIBS:
         d = tempfile.mkdtemp()
         with open(f'{d}/k.cpp', 'w') as f: f.write(code)
-        r = subprocess.run(['g++', '-std=c++20', '-O0', '-shared', '-fPIC', '-pthread', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
+        r = subprocess.run(['g++', '-std=c++20', '-O0', '-shared', '-fPIC', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
         if r.returncode: raise RuntimeError(r.stderr[-4000:])
         _LIBS[key] = ctypes.CDLL(f'{d}/k.so')
     lib = _LIBS[key]
