@@ -64,6 +64,7 @@
 #       calcheck (the calibrated and mixed-codec cases of check_fused_cuda (both kernels) and check_decode_steps' calibrated configurations, in parallel, cut at LIMIT s)
 #       coldwarm (Gemma's shape at 131K: decode kernels L2-cold against warm, PF_WORDS=64, and one call per scheme rotating 0 / 64 / 512 MiB of caches: about 8 min)
 #       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / llama (32 / 8 heads, d64) / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';'; fp16: MLX's SDPA kernels)
+#       hstep  (HSTEP: the calibrated GPU checks and decode steps, then the decode kernel at 131K on the issue's shape with HSTEP off / values only / on, alternating: about 7 min)
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -450,6 +451,13 @@ case $part in
          timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo| / ' --out "$O/check" > "$O/check/run.log" 2>&1 &
          timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          grep -c "True" "$O/check/run.log"; grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; cat "$O/steps/run.log" | cut -c1-300 ;;
+  hstep) # HSTEP (a band of n % 32 channels in ceil(n / 16) 16-dim steps): every calibrated case of check_fused_cuda (two shapes each: d64-d256, one of them d128's 112 + 16 bands)
+         # and a calibrated cache's decode steps, in parallel (cut at LIMIT s), then the decode kernel at 131K under Nsight Compute, off / values only / both sides (the default), alternating
+         mkdir -p "$O/check" "$O/steps"
+         timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo' --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
+         grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; tail -4 "$O/steps/run.log" | cut -c1-300
+         KERN=${HKERN:-'issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6 HSTEP="v";issue 131072 cal:3,6;issue 131072 cal:5,4 HSTEP="";issue 131072 cal:5,4;issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6;issue 131072 turbo:4'} bash "$0" kern "$O" ;;
   kern) [ -n "${KERN:-}" ] || { echo "kern: set KERN='SHAPE CTX SCHEME [KNOB=V...];...' (SHAPE gemma, issue, llama, gemma@base or issue@base)"; exit 2; }
         IFS=';' read -ra SETS <<< "$KERN"
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"

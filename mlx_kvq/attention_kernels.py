@@ -15,9 +15,9 @@ from .calibrated import _cal_quant_source, _cal_offsets   # the calibrated pair 
 __all__ = ['NT', 'FEXP', 'U', 'UV', 'SMAX', 'CSPLIT', 'CONLINE', 'CU', 'CH_MAX', 'BLOCKS', 'SCAP', 'FOLD', 'FGS', 'FB1', 'MMA',
            'TPK', 'TPV', 'PCH', 'SCAL', 'CLAMP', 'VEC', 'LB', 'LB_FEW', 'NST', 'AMAGIC', 'MASKC', 'LEAN', 'KACC',
            'LPCH', 'WAVE', 'LPCH_MIN', 'PSUM', 'BMERGE', 'WSM', 'STG', 'PF', 'OPAQUE', 'QLO', 'VLO', 'VTLO', 'VPACK',
-           'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HLTAB', 'HLTAB_LB',
-           'HLDIR', 'HLREP', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK', 'scratch_floats',
-           'dynamic_shared_bytes']
+           'ROT', 'REP', 'DYNLUT', 'DYN_BUDGET', 'SM_SHARED', 'VPRO', 'IL4', 'RAWSC', 'LEAN_ANY', 'HSTEP', 'HLTAB',
+           'HLTAB_LB', 'HLDIR', 'HLREP', 'PF_WORDS', 'AINT8', 'VPACK_LB', 'VSCB', 'SCV4', 'BMERGE_VNS', 'PARK',
+           'scratch_floats', 'dynamic_shared_bytes']
 
 # %% ../nbs/03a_attention_kernels.ipynb #45188a24
 NT = 128                 # threads per block: 4 warps / simdgroups
@@ -566,7 +566,7 @@ def _shared_bytes(kplan, vplan, G, backend='cuda'):
 CH_MAX = 1024           # most tokens per chunk (H200, 131K, with BMERGE: 1024-token chunks 2 per block 2-4% faster than 512 x 4, 256 x 8 +45%)
 BLOCKS = 300            # thread blocks a decode call aims for (rows x chunks): H200, 4K, Llama shape (8 rows): 128-token chunks, the decode kernel 18-20% faster than with 900 (64-token chunks); 32K within 2%, 131K and one-row calls (SCAP) unchanged
 
-def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR, HLREP)
+def _variant(): return (MMA, U, UV, CH_MAX, TPK, TPV, NST, VEC, SCAL, CLAMP, PCH, _DIAG, LB, LEAN, REP, PF, KACC, LPCH, STG, CONLINE, CU, LPCH_MIN, PSUM, FOLD, SCAP, ROT, OPAQUE, QLO, VLO, WSM, BMERGE, WAVE, LEAN_ANY, RAWSC, VPRO, DYNLUT, DYN_BUDGET, IL4, FGS, BMERGE_VNS, LB_FEW, PF_WORDS, VTLO, HLTAB, HLTAB_LB, VPACK, VPACK_LB, AINT8, MASKC, VSCB, FB1, PARK, FEXP, SCV4, HLDIR, HLREP, HSTEP)
 
 def _kernel_header(backend, lb=None):
     "Source put before the decode kernel's signature: on CUDA with `lb` (default `LB`), `__launch_bounds__(NT, lb)` on it (MLX writes the signature itself, so `__global__` is redefined for this one module)"
@@ -1540,8 +1540,18 @@ RAWSC = True             # lean loops: a tile's per-token scalars (norms, affine
 LEAN_ANY = True          # lean loops also where a key thread's codes of a band do not start on a word (the calibrated codecs' 5-bit outlier band of 12-32 channels): funnel-shifted across words like the value ranges. On since 2026-11-29 night: with the two-level fold, under Nsight Compute on an H200 the calibrated kinds of auto:5 (`cal:5,4`) on Gemma's shape took 74 us against 108 at 131K, 42 against 58 at 32K, 30 against 50 at 4K, and 167 against 219 on the issue's shape at 131K (`bench/h200_20261129h/`; before the two-level fold the earlier loops had measured faster: `bench/h200_20261129f/`; these durations may be L2-warm ones, `bench/h200_20261129h/README.md`); False: those configurations take the earlier tensor-core loops
 
 def _lean_ok(kplan, vplan):
-    "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (8 per slice) starting on a word, or any band with `LEAN_ANY`"
-    return LEAN_ANY or all(8 * _nslices(b.n) * b.bits % 32 == 0 for b in kplan.bands)
+    "Whether the lean loops take a configuration: the tensor-core kernel's, with every band's codes of a key thread (4 per 16-dim step, `_steps`) starting on a word, or any band with `LEAN_ANY`"
+    return LEAN_ANY or all(4 * _steps(b, 'k') * b.bits % 32 == 0 for b in kplan.bands)
+
+HSTEP = 'kv'             # lean loops, the sides named (keys 'k', values 'v'): a coded band whose size is not a multiple of 32 (a calibrated codec's bands beside its outlier band: 112 and 16 channels at head dim 128) takes ceil(n / 16) 16-dim steps of tensor-core products, its channels spread evenly over the threads (keys: 4 steps per tig, values: 2 steps per gid), not 2 steps per whole 32-dim slice (the issue's cal:3,6: 8 steps a side instead of 10); the partial outputs keep the slices' layout, the positions past the band's steps written 0. False: whole slices
+
+def _steps(b, side):
+    "16-dim steps of tensor-core products the lean loops take over band `b` of `side` ('k' or 'v', `HSTEP`)"
+    return -(-b.n // 16) if side in HSTEP and b.n % 32 and b.table is not None else 2 * _nslices(b.n)
+
+def _vslices(vplan):
+    "The value side's 32-dim slices as the lean loops' registers count them: half its 16-dim steps (`_steps`), rounded up"
+    return -(-sum(_steps(b, 'v') for b in vplan.bands) // 2)
 
 def _lut_shared(kplan, vplan):
     "Whether keys and values can read one pair table: the same kind and bands (bits, size: the tables follow from them), every band <= 4 bits"
@@ -1655,7 +1665,7 @@ def _lean_rows(kplan, vplan):
 def _lean_range(side, i, b, name, tok, start, nbits, declare=True, row=None):
     "Source: `name[]` = the `nbits` bits of band i's codes of token `tok` from bit `start` (the row's words contiguous), funnel-shifted to bit 0; a word past the band read only where the band ends inside the range; from the token's staged `row` in shared memory when given"
     W = -(-nbits // 32); aligned = nbits % 32 == 0; raw = W if aligned else W + 1
-    padded = (32 * _nslices(b.n) * b.bits) // 32 > b.n_words      # threads' ranges run past the band's words
+    padded = -(-16 * _steps(b, side) * b.bits // 32) > b.n_words      # threads' ranges run past the band's words
     loads = []
     V = 4 if W % 4 == 0 and b.n_words % 4 == 0 else 2 if W % 2 == 0 and b.n_words % 2 == 0 else 1   # vector width: rows and ranges aligned to it
     for e in range(0, raw, V if aligned and not padded else 1):
@@ -1881,21 +1891,21 @@ def _lean_keys(kplan, G, rep, wsm=False):
         qfr.append("const float qg0 = he < G ? qfx[4 * he + 1] : 0.0f, qg1 = he + 1 < G ? qfx[4 * he + 5] : 0.0f,"
                    " qz0 = he < G ? qfx[4 * he + 2 + sl] : 0.0f, qz1 = he + 1 < G ? qfx[4 * he + 6 + sl] : 0.0f;")
     for i, b in enumerate(kplan.bands):
-        ns = ksl[i]; R = 8 * ns
-        for m in range(0 if ai else 2 * ns):
+        R = 4 * _steps(b, 'k')   # the band's dims [R tig, R tig + R) are thread tig's (`HSTEP`)
+        for m in range(0 if ai else _steps(b, 'k')):
             d = f"{32 * kfirst[i]} + {R} * tig"
             q = lambda e: f"(gid < G ? qs[(({d} + {e}) >> 5) * QST + (({d} + {e}) & 31) * G + gid] : 0.0f)"
             (e0, e1), (e2, e3) = _magic_key_dims(b, m) if _amagic(b) else ((4 * m, 4 * m + 1), (4 * m + 2, 4 * m + 3))
             qfr.append(_split(q(e0), q(e1), f"qh{kb}a", f"ql{kb}a" if QLO else None) + "\n            " + _split(q(e2), q(e3), f"qh{kb}b", f"ql{kb}b" if QLO else None))
             kb += 1
-    R_of = lambda i: 8 * ksl[i]
+    R_of = lambda i: 4 * _steps(kplan.bands[i], 'k')
     grp_of = lambda i, b: [f"({R_of(i)} * tig) / {b.group_size} + {j}" for j in range(max(1, R_of(i) // b.group_size))]
     stg = 'k' in _STAGED
     decl, load, tile = _lean_tile_loads('k', kplan, {'a': 'na', 'b': 'nb'}, lambda i, b: f"{R_of(i) * b.bits} * tig", lambda i, b: R_of(i) * b.bits, grp_of,
                                         {'a': f"(sw + gid * {_stage_row(kplan)})", 'b': f"(sw + (gid + 8) * {_stage_row(kplan)})"} if stg else None)
     bands, kb = [], 0
     for i, b in enumerate(kplan.bands):
-        ns = ksl[i]; R = 8 * ns; aff = b.table is None
+        R = 4 * _steps(b, 'k'); aff = b.table is None
         if ai:
             bands.append(_aint8_band(b, i, *ai)); continue
         body = []
@@ -1904,7 +1914,7 @@ def _lean_keys(kplan, G, rep, wsm=False):
                 for t in 'ab':
                     body.append(f"uint32_t s{t}{j}, z{t}{j}; KVQ_H2(s{t}{j}, s{t}{i}_{j}, s{t}{i}_{j}); KVQ_H2(z{t}{j}, z{t}{i}_{j}, z{t}{i}_{j});")
         body.append(f"{{ float c[{KACC}][4] = {{}};   // KACC accumulators (query halves x even / odd 16-dim steps): shorter chains of dependent products")
-        for m in range(2 * ns):
+        for m in range(_steps(b, 'k')):
             regs = _key_regs(b, ktoff[i], 'klr', kloff[i], m, R, lambda t: f"{t}{i}", lambda t, j: (f"s{t}{j}", f"z{t}{j}"), rep, _amagic(b))
             suf = 'f' if aff else ''
             body.append("  { " + ' '.join(regs) + f" const uint32_t a[4] = {{a0{suf}, a1{suf}, a2{suf}, a3{suf}}};"
@@ -1973,8 +1983,8 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
     vsl, vfirst, vtoff, VT = _side_layout(vplan); vloff, _ = _luts(vplan)
     VNS = sum(vsl)
     vs = _vscb(vplan, G)
-    vp = _vpack(G, VNS) and not vs
-    Rv_of = lambda i: 4 * vsl[i]
+    vp = _vpack(G, _vslices(vplan)) and not vs
+    Rv_of = lambda i: 2 * _steps(vplan.bands[i], 'v')
     grp_of = lambda i, b: [f"({Rv_of(i)} * gid) / {b.group_size}"]
     stg = 'v' in _STAGED
     decl, load, tile = _lean_tile_loads('v', vplan, {str(e): f'nq{e}' for e in range(4)}, lambda i, b: f"{Rv_of(i) * b.bits} * gid", lambda i, b: Rv_of(i) * b.bits, grp_of,
@@ -1982,7 +1992,7 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
     bands, acc_out, slab_out = [], [], []
     MT = 0
     for i, b in enumerate(vplan.bands):
-        ns = vsl[i]; Rv = 4 * ns; aff = b.table is None
+        ns, Rv = vsl[i], 2 * _steps(b, 'v'); aff = b.table is None   # the band's dims [Rv gid, Rv gid + Rv) are thread gid's (`HSTEP`)
         body = []
         if aff: body.append("{ const float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];")
         else: body.append("{ const float " + ', '.join(f"x{e} = p[{e}] * g{e}{i}" for e in range(4)) + ";")
@@ -2011,7 +2021,7 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
                 body.append(f"  uint32_t s{e}, z{e}; KVQ_H2(s{e}, s{e}{i}_0, s{e}{i}_0); KVQ_H2(z{e}, z{e}{i}_0, z{e}{i}_0);")
         lo = _vtlo(vplan) and not aff   # the tables' low parts: a third product per fragment (low parts times the weights' high parts)
         hl = 'vhl_s' if not aff and _hl_words(vplan) else None   # wide bands: high and low halves from one table (HLTAB; exact tables: the low halves 0, not read)
-        for mt in range(2 * ns):
+        for mt in range(_steps(b, 'v')):
             regs, lows = [], []
             f = 'f' if aff else ''
             if aff and _amagic(b):   # a[r]: r = 0 / 1 the pair (tokens 0, 1)'s channel 2 mt / 2 mt + 1, r = 2 / 3 the pair (2, 3)'s: the pair's bytes side by side (one byte permute), then `_magic_pair`
@@ -2048,6 +2058,10 @@ def _lean_values(vplan, G, rep, carry=False, hrep=1):
             acc_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) {{ float& rr = red[g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)]; rr = (w ? rr : 0.0f) + acc[{MT}][e]; }} }}")
             slab_out.append(f"for (int e = 0; e < 4; ++e) {{ const int g = 2 * tig + (e & 1); if (g < G) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {32 * vfirst[i]} + {Rv} * gid + {2 * mt} + (e >> 1)] = acc[{MT}][e]; }}")
             MT += 1
+        pad, at = 32 * ns - 8 * Rv, 32 * vfirst[i] + 8 * Rv   # the slices' positions past the band's steps (`HSTEP`): 0
+        if pad:
+            acc_out.append(f"if (w == 0 && lane < {pad}) for (int g = 0; g < G; ++g) red[g * {32 * VNS} + {at} + lane] = 0.0f;")
+            slab_out.append(f"if (lane < {pad}) for (int g = 0; g < G; ++g) sc[warp * G * {32 * VNS} + g * {32 * VNS} + {at} + lane] = 0.0f;")
         body.append("}")
         bands.append("{\n                " + "\n                ".join(body) + "\n            }")
     if vp:   # columns g + 4 (the low parts) added to columns g once, before the warps' sums read columns 0-3
@@ -2151,7 +2165,7 @@ PARK = False             # BMERGE kernels: the value accumulators the block's ch
 def _park_floats(vplan, G, carry):
     "Floats each thread parks (`PARK`, BMERGE kernels only): its value accumulators (4 per 16-dim tile) and VSCB's biases' accumulator; 0 otherwise"
     if not (PARK and carry): return 0
-    return 4 * 2 * sum(_side_layout(vplan)[0]) + (4 if _vscb(vplan, G) else 0)
+    return 4 * sum(_steps(b, 'v') for b in vplan.bands) + (4 if _vscb(vplan, G) else 0)
 
 def _park(MT, zacc, store, base):
     """Source: a thread's parked floats (`PARK`): its MT x 4 value accumulators, then VSCB's biases' accumulator
@@ -2165,7 +2179,7 @@ def _bmerge_ok(kplan, vplan, G, backend='cuda', half=True):
     "Whether the folded decode kernel of a configuration merges each block's chunks into one partial (`BMERGE`): the lean loops with the warp-local softmax, values of at most BMERGE_VNS slices"
     VNS = sum(_side_layout(vplan)[0])
     return (BMERGE and backend == 'cuda' and _uses_mma(kplan, vplan, G, backend, half) and LEAN and _lean_ok(kplan, vplan)
-            and VNS <= BMERGE_VNS and _wsm_ok(VNS, G))
+            and _vslices(vplan) <= BMERGE_VNS and _wsm_ok(VNS, G))
 
 def _warp_sums(acc_out, slab_out, VNS, G, slot='sp', count='S'):
     """Source: the block's partial output from its warps' accumulators. PSUM (where `_psum_ok`): every warp writes its
@@ -2256,7 +2270,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
         acc, vpro, loop, sums = _lean_values(vplan, G, rep, True, hrep)
         vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
-        MT = 2 * VNS   # the value accumulators: two 16-dim tiles per 32-dim slice
+        MT = sum(_steps(b, 'v') for b in vplan.bands)   # the value accumulators: one per 16-dim step
         pbase = 'reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park'   # where PARK's floats are
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far
@@ -2264,7 +2278,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     for (int sp = KVQ_BX; sp < S; sp += KVQ_GX) {{   // the block's chunks in turn (LPCH), one softmax carried across them
     const int t0 = sp * CH, NV = min(CH, N - t0);
     {('{ ' + _park(MT, vs, True, pbase) + ' }   // PARK: out of registers through the key loop' + chr(10) + '    ') if pk else ''}{_lean_keys(kplan, G, rep, wsm)}    {vpro}
-{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, VNS) or vs, vs, v4)}    {loop}    }}
+{('    { ' + _park(MT, vs, False, pbase) + ' }   // PARK: back, before the softmax rescales them' + chr(10)) if pk else ''}{_warp_softmax(MT, _vpack(G, _vslices(vplan)) or vs, vs, v4)}    {loop}    }}
     if (lane == 0) for (int g = 0; g < G; ++g) {{ wst[(warp * G + g) * 2] = cm[g]; wst[(warp * G + g) * 2 + 1] = cl[g]; }}
     {sums}
     if (tid < G) {{ ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2] = stat[2 * tid]; ml[(((long)r * KVQ_GX + KVQ_BX) * G + tid) * 2 + 1] = stat[2 * tid + 1]; }}
