@@ -349,6 +349,48 @@ def test_lean_loops_take_unaligned_key_ranges(monkeypatch):
         assert E.check(kc, vc, 1, 2, G, D, n, True) <= E.tolerance(kc, vc, G, D), (D, 'masked')
         monkeypatch.setattr(AK, 'CH_MAX', ch)
 
+def test_half_slice_steps(monkeypatch):
+    """`HSTEP`: the calibrated kinds auto:5 plans at head dim 128 (bands of 112 and 16 channels beside an outlier band)
+    take 7 + 1 16-dim steps a side in the lean loops instead of 8 + 2, the 112-channel band's thread ranges starting
+    mid-word (28 codes a key thread, 14 a value thread); with 8 value steps the block merges its chunks (BMERGE, which
+    5 slices kept off). Folded, masked and not, and two-launch with short chunks and a mask, each side alone and both,
+    against the blockwise reference; a whole-slice band (turbo:4) and head dim 256's calibrated bands (224 + 32) keep
+    their sources. Not vacuous: a value loop that skips the last step, or keys whose threads read the old ranges, fail"""
+    D, G = 128, 4
+    kc, vc = E.calibrated(3, 0, D), E.calibrated(6, 1, D)
+    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
+    src = lambda: AK._decode_source(kp, vp, G, 'cuda', fold='dense')
+    assert AK.HSTEP == 'kv' and [b.n for b in kp.bands] == [16, 112]                     # the default; the bands this is about
+    assert [AK._steps(b, 'k') for b in kp.bands] == [1, 7] and AK._vslices(vp) == 4
+    on = src()
+    monkeypatch.setattr(AK, 'HSTEP', '')
+    off = src()
+    assert [AK._steps(b, 'k') for b in kp.bands] == [2, 8] and not AK._bmerge_ok(kp, vp, G)
+    assert on.count('KVQ_MMA(') < off.count('KVQ_MMA(') and 'running max and sum' in on and 'running max and sum' not in off
+    for same in ((TurboCodec(4), TurboCodec(4, seed=1), 128), (E.calibrated(3, 0, 256), E.calibrated(6, 1, 256), 256)):
+        ps = [A.side_plan(c, same[2]) for c in same[:2]]
+        fold = 'rot' if type(same[0]) is TurboCodec else 'dense'
+        before = AK._decode_source(*ps, G, 'cuda', fold=fold)
+        monkeypatch.setattr(AK, 'HSTEP', 'kv')
+        assert AK._decode_source(*ps, G, 'cuda', fold=fold) == before
+        monkeypatch.setattr(AK, 'HSTEP', '')
+    tol = E.final_tolerance(kc, vc, G, D)
+    for sides in ('k', 'v', 'kv'):
+        monkeypatch.setattr(AK, 'HSTEP', sides)
+        for masked in (False, True):
+            assert E.check_final(kc, vc, 1, 1, G, D, 700, masked, fold=True) <= tol, (sides, masked)
+    monkeypatch.setattr(AK, 'CH_MAX', 128)
+    assert E.check(kc, vc, 1, 2, G, D, 300, True) <= E.tolerance(kc, vc, G, D)
+    monkeypatch.setattr(AK, 'CH_MAX', 1024)
+    steps = AK._steps
+    monkeypatch.setattr(AK, '_steps', lambda b, side: steps(b, side) - (side == 'v' and b.n == 112))   # the value loop one step short
+    assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
+    monkeypatch.setattr(AK, '_steps', steps)
+    orig = AK._lean_tile_loads   # the keys' ranges at the whole-slice starts (32 codes a thread) while the loops take 28
+    monkeypatch.setattr(AK, '_lean_tile_loads', lambda side, plan, toks, start, nbits, grp, rows=None: orig(
+        side, plan, toks, (lambda i, b: f"{8 * AK._nslices(b.n) * b.bits} * tig") if side == 'k' else start, nbits, grp, rows))
+    assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
+
 def test_low_bit_calibrated_keys_take_tensor_cores(monkeypatch):
     """Calibrated keys of 1-3 bits (per-channel scales) take the tensor-core kernel; calibrated values of 1-3 bits do so
     only with `VTLO` (on by default: the tables' low parts kept), else they keep the SIMT one (`_mma_ok`): `auto:B` may
