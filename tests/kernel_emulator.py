@@ -23,6 +23,7 @@ from calcodecs import calibrated, calibrated_pair as _pair   # the calibrated co
 PRE = r"""
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <atomic>
 #include <ucontext.h>
 #include <sys/mman.h>
@@ -40,6 +41,9 @@ struct uint2 { uint32_t x, y; };
 struct Strides { const long long* v; long long operator[](int i) const { return v[i]; } };
 static int g_tid;
 static int g_bx, g_by, g_nt, g_gx;
+static long g_block_serial;   // blocks run so far (every launch's): a block's shared memory starts as garbage, not as the last block left it
+template <class A> static void kvq_poison(A& a, long& seen) {   // the first thread of a block at a shared array's declaration fills it with 0xFF bytes (NaN floats, ~0u words): a read of what no thread of the block wrote shows
+    if (seen != g_block_serial) { seen = g_block_serial; memset((void*)&a, 0xFF, sizeof(a)); } }
 // A block's threads are fibers of one OS thread (ucontext): each runs until it waits at a barrier, then the next one
 // runs, so a barrier costs a user-space switch per thread instead of an OS thread's sleep and wake-up.
 static ucontext_t g_main_ctx, g_ctx[1024];
@@ -162,7 +166,7 @@ MACROS = r"""
 #define KVQ_SADDR(p) ((char*)(p))
 #define KVQ_LDS32(x, a) ((x) = *(const uint32_t*)(a))
 #define KVQ_LDG1(x, p) ((x) = *(p))
-#define KVQ_DYN_U32(nm) static uint32_t nm[KVQ_DYN_WORDS]   /* the launch's dynamic shared memory (shared_memory bytes) */
+#define KVQ_DYN_U32(nm) static uint32_t nm[KVQ_DYN_WORDS]; static long kvq_seen_##nm = -1; if (POISON) kvq_poison(nm, kvq_seen_##nm)   /* the launch's dynamic shared memory (shared_memory bytes), garbage at each block's start */
 #define KVQ_LDGS(p) ([](const auto* q_) { return *q_; }(p))   /* a value, as __ldg returns (C++20: usable in decltype) */
 #define KVQ_OPAQUE(p) ((void)0)
 #define KVQ_LDG2(x, y, p) do { (x) = (p)[0]; (y) = (p)[1]; } while (0)
@@ -204,11 +208,18 @@ static int kvq_atomic_add(int* p, int v) { const int o = *p; *p = o + v; return 
 #define atomicAdd(p, v) kvq_atomic_add((p), (v))
 """
 
+POISON = True   # every shared array filled with 0xFF bytes at each block's start (a GPU's shared memory holds whatever the last user left: a kernel must write what it reads); False: as the last block left it (zeros for the first)
+_SHARED_DECL = re.compile(r'^(\s*(?:KVQ_SHARED|__shared__)\s+(?:KVQ_ALIGN16\s+)?(?:unsigned\s+)?[\w:]+\s+(\w+)(?:\[[^\]]*\])+;)', re.M)
+
+def _poisoned(src):
+    "The body with each static shared array's declaration followed by its poisoning (`kvq_poison`, once per block: `POISON`)"
+    return _SHARED_DECL.sub(lambda m: f"{m.group(1)} static long kvq_seen_{m.group(2)} = -1; if (POISON) kvq_poison({m.group(2)}, kvq_seen_{m.group(2)});", src)
+
 def compile_kernel(source, ins, outs, head=""):
     """A CPU build of a kernel body: `ins` are (name, C type) in MLX's order (a `NAME_strides` argument follows an input
     whose strides the source reads), `outs` the output names (float) or (name, C type). `head` goes at the top of the
     body (template constants). Returns launch(arrays..., outputs..., gx, gy, nthreads)."""
-    src, seen = head + _strip(source), head + source   # `seen`: what MLX searches for `NAME_strides` (an INCLUDE body's first line names them)
+    src, seen = f"constexpr bool POISON = {'true' if POISON else 'false'};\n" + head + _poisoned(_strip(source)), head + source   # `seen`: what MLX searches for `NAME_strides` (an INCLUDE body's first line names them)
     outs = [(o, 'float') if isinstance(o, str) else o for o in outs]
     params, args, cparams = [], [], []
     for n, ty in ins:
@@ -222,7 +233,7 @@ def compile_kernel(source, ins, outs, head=""):
     g_wbar.clear(); for (int w = 0; w < NTH / 32; ++w) g_wbar.emplace_back(new kvq_barrier(32));
     g_body = [=]() { kernel(""" + ', '.join(args) + """); };
     kvq_stacks(NTH, true); g_stuck = false;
-    for (int by = 0; by < GY && !g_stuck; ++by) for (int bx = 0; bx < GX && !g_stuck; ++bx) { g_bx = bx; g_by = by; kvq_run_block(NTH); }
+    for (int by = 0; by < GY && !g_stuck; ++by) for (int bx = 0; bx < GX && !g_stuck; ++bx) { g_bx = bx; g_by = by; ++g_block_serial; kvq_run_block(NTH); }
     kvq_stacks(NTH, false); g_body = nullptr;
     return g_stuck ? 1 + g_bx + GX * g_by : 0;
 }
