@@ -269,6 +269,26 @@ except RuntimeError as e: print(e)
         r = subprocess.run([sys.executable, '-c', child, str(Path(__file__).parent), body], capture_output=True, text=True, timeout=120)
         assert re.search(r"in block \(1, 0\) threads wait at a barrier that the others never reach", r.stdout), (body, r.stdout, r.stderr[-2000:])
 
+def test_emulator_poisons_shared_memory(monkeypatch):
+    """A GPU block's shared memory starts with whatever its last user left, so the emulator fills every shared array
+    (static, 2-D, `unsigned char`, and the dynamic one) with 0xFF bytes at each block's start (`POISON`): a kernel that
+    reads a position no thread of its block wrote gets NaNs (floats) or ~0u (words), in every block, not the zeros of a
+    fresh static array or the last block's values; a position written before a barrier reads back as written"""
+    body = """KVQ_SHARED float s[128];
+__shared__ unsigned char c[4][32];
+KVQ_DYN_U32(d);
+if (KVQ_TID < 64) { s[KVQ_TID] = x[0]; c[KVQ_TID >> 5][KVQ_TID & 31] = 7; d[KVQ_TID] = 3u; }
+KVQ_SYNC();
+out[KVQ_BX * 128 + KVQ_TID] = s[KVQ_TID] + (float)c[KVQ_TID >> 5][KVQ_TID & 31] + (float)d[KVQ_TID];"""
+    head = "constexpr int KVQ_DYN_WORDS = 128;\n"
+    want = lambda poison: np.tile(np.concatenate([np.full(64, 12.0), np.full(64, np.nan if poison else 0.0)]), 3).astype(np.float32)
+    for poison in (True, False):
+        monkeypatch.setattr(E, 'POISON', poison)
+        k = E.compile_kernel(body, [('x', 'float')], ['out'], head)
+        out = np.zeros(384, np.float32)
+        k([np.array([2.0], np.float32)], [out], 3, 1, 128)
+        assert np.array_equal(out, want(poison), equal_nan=True), (poison, out[60:70], out[-4:])
+
 def test_emulator_catches_a_wrong_mma_kernel(monkeypatch):
     "The tensor-core kernel's check is not vacuous either: swapping two tokens' halves in the value fragments, or one pair's codes in the key fragments, is caught"
     name, kc, vc, B, Hkv, G, D, n = E.CASES[0]
@@ -355,7 +375,9 @@ def test_half_slice_steps(monkeypatch):
     mid-word (28 codes a key thread, 14 a value thread); with 8 value steps the block merges its chunks (BMERGE, which
     5 slices kept off). Folded, masked and not, and two-launch with short chunks and a mask, each side alone and both,
     against the blockwise reference; a whole-slice band (turbo:4) and head dim 256's calibrated bands (224 + 32) keep
-    their sources. Not vacuous: a value loop that skips the last step, or keys whose threads read the old ranges, fail"""
+    their sources. Not vacuous: a value loop that skips the last step, keys whose threads read the old ranges, and
+    partial outputs whose positions past the steps are left as the shared memory held them (the emulator fills it with
+    NaNs at each block's start, `kernel_emulator.POISON`; the dense finish multiplies every position) fail"""
     D, G = 128, 4
     kc, vc = E.calibrated(3, 0, D), E.calibrated(6, 1, D)
     kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
@@ -389,6 +411,13 @@ def test_half_slice_steps(monkeypatch):
     orig = AK._lean_tile_loads   # the keys' ranges at the whole-slice starts (32 codes a thread) while the loops take 28
     monkeypatch.setattr(AK, '_lean_tile_loads', lambda side, plan, toks, start, nbits, grp, rows=None: orig(
         side, plan, toks, (lambda i, b: f"{8 * AK._nslices(b.n) * b.bits} * tig") if side == 'k' else start, nbits, grp, rows))
+    assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
+    monkeypatch.setattr(AK, '_lean_tile_loads', orig)
+    values = AK._lean_values   # the positions past the value steps not written 0
+    zero = re.compile(r'if \((w == 0 && )?lane < \d+\) for \(int g = 0; g < G; \+\+g\) (red|sc)\[[^;]*\] = 0\.0f;')
+    strip = lambda x: zero.sub('', x) if isinstance(x, str) else tuple(strip(y) for y in x)
+    assert len(zero.findall(on)) == 2 and strip(on) != on   # one a value band
+    monkeypatch.setattr(AK, '_lean_values', lambda *a, **k: strip(values(*a, **k)))
     assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
 
 def test_low_bit_calibrated_keys_take_tensor_cores(monkeypatch):
