@@ -65,6 +65,7 @@
 #       coldwarm (Gemma's shape at 131K: decode kernels L2-cold against warm, PF_WORDS=64, and one call per scheme rotating 0 / 64 / 512 MiB of caches: about 8 min)
 #       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / llama (32 / 8 heads, d64) / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';'; fp16: MLX's SDPA kernels)
 #       hstep  (HSTEP: the calibrated GPU checks and decode steps, then the decode kernel at 131K on the issue's shape with HSTEP off / values only / on, alternating: about 7 min)
+#       hstepcall (one call of the issue's shape, fp16 / auto:5, serial, 4K and 131K, HSTEP off then on, each its own process: about 2 min)
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -458,6 +459,11 @@ case $part in
          timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; tail -4 "$O/steps/run.log" | cut -c1-300
          KERN=${HKERN:-'issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6 HSTEP="v";issue 131072 cal:3,6;issue 131072 cal:5,4 HSTEP="";issue 131072 cal:5,4;issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6;issue 131072 turbo:4'} bash "$0" kern "$O" ;;
+  hstepcall) # one call of the issue's shape, fp16 / auto:5 (and $MORE), serial, 3 rounds, at 4K and 131K, with HSTEP off then on (the default), each in its own process: the bench's plan is printed per run
+         for h in '""' "'kv'"; do tag=$([ "$h" = '""' ] && echo off || echo on)
+           KVQ_KNOBS="HSTEP=$h" timeout ${T:-140} python3 -c "import sys; sys.path.insert(0, 'bench'); from knobs import apply_knobs; print('knobs', apply_knobs()); from mlx_kvq.cli import main; sys.argv = ['mlx-kvq'] + sys.argv[1:]; sys.exit(main())" \
+             bench --kv fp16 auto:5 ${MORE:-} --context ${CTXS:-4096 131072} --calls 8 --repeats 5 --rounds 3 --serial --json "$O/$tag.json" > "$O/$tag.log" 2>&1
+           grep -E "^\| [0-9]|measured these|^knobs" "$O/$tag.log" | cut -c1-160 | sed "s/^/HSTEP $tag: /"; done ;;
   kern) [ -n "${KERN:-}" ] || { echo "kern: set KERN='SHAPE CTX SCHEME [KNOB=V...];...' (SHAPE gemma, issue, llama, gemma@base or issue@base)"; exit 2; }
         IFS=';' read -ra SETS <<< "$KERN"
         for line in "${SETS[@]}"; do set -- $line; shp=$1 ctx=$2 sc=$3; shift 3; kn="$*"
