@@ -373,7 +373,8 @@ def test_half_slice_steps(monkeypatch):
     """`HSTEP`: the calibrated kinds auto:5 plans at head dim 128 (bands of 112 and 16 channels beside an outlier band)
     take 7 + 1 16-dim steps a side in the lean loops instead of 8 + 2, the 112-channel band's thread ranges starting
     mid-word (28 codes a key thread, 14 a value thread); with 8 value steps the block merges its chunks (BMERGE, which
-    5 slices kept off). Folded, masked and not, and two-launch with short chunks and a mask, each side alone and both,
+    5 slices kept off). Folded, masked and not (4 query heads a KV head: the warps' sums in parallel slabs; 8: one warp
+    after another), and two-launch with short chunks and a mask, each side alone and both,
     against the blockwise reference; a whole-slice band (turbo:4) and head dim 256's calibrated bands (224 + 32) keep
     their sources. Not vacuous: a value loop that skips the last step, keys whose threads read the old ranges, and
     partial outputs whose positions past the steps are left as the shared memory held them (the emulator fills it with
@@ -404,6 +405,8 @@ def test_half_slice_steps(monkeypatch):
     monkeypatch.setattr(AK, 'CH_MAX', 128)
     assert E.check(kc, vc, 1, 2, G, D, 300, True) <= E.tolerance(kc, vc, G, D)
     monkeypatch.setattr(AK, 'CH_MAX', 1024)
+    assert not AK._psum_ok(5, 8)   # 8 query heads a KV head: the warps add their sums into `red` one after another (its zeros too)
+    assert E.check_final(kc, vc, 1, 1, 8, D, 700, True, fold=True) <= E.final_tolerance(kc, vc, 8, D)
     steps = AK._steps
     monkeypatch.setattr(AK, '_steps', lambda b, side: steps(b, side) - (side == 'v' and b.n == 112))   # the value loop one step short
     assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
@@ -419,6 +422,7 @@ def test_half_slice_steps(monkeypatch):
     assert len(zero.findall(on)) == 2 and strip(on) != on   # one a value band
     monkeypatch.setattr(AK, '_lean_values', lambda *a, **k: strip(values(*a, **k)))
     assert not E.check_final(kc, vc, 1, 1, G, D, 700, False, fold=True) <= tol
+    assert not E.check_final(kc, vc, 1, 1, 8, D, 700, False, fold=True) <= tol
 
 def test_low_bit_calibrated_keys_take_tensor_cores(monkeypatch):
     """Calibrated keys of 1-3 bits (per-channel scales) take the tensor-core kernel; calibrated values of 1-3 bits do so
