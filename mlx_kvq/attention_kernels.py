@@ -1549,9 +1549,13 @@ def _steps(b, side):
     "16-dim steps of tensor-core products the lean loops take over band `b` of `side` ('k' or 'v', `HSTEP`)"
     return -(-b.n // 16) if side in HSTEP and b.n % 32 and b.table is not None else 2 * _nslices(b.n)
 
+def _vsteps(vplan):
+    "The value side's 16-dim steps in the lean loops (`_steps`): its accumulator tiles"
+    return sum(_steps(b, 'v') for b in vplan.bands)
+
 def _vslices(vplan):
-    "The value side's 32-dim slices as the lean loops' registers count them: half its 16-dim steps (`_steps`), rounded up"
-    return -(-sum(_steps(b, 'v') for b in vplan.bands) // 2)
+    "The value side's 32-dim slices as the lean loops' registers count them: half its 16-dim steps, rounded up"
+    return -(-_vsteps(vplan) // 2)
 
 def _lut_shared(kplan, vplan):
     "Whether keys and values can read one pair table: the same kind and bands (bits, size: the tables follow from them), every band <= 4 bits"
@@ -1881,7 +1885,7 @@ def _aint8_band(b, i, R, ngr):
 
 def _lean_keys(kplan, G, rep, wsm=False):
     "Source of the lean score phase: the tensor-core score phase's products, its loads and stores without per-load predicates or 64-bit address arithmetic"
-    ksl, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
+    _, kfirst, ktoff, KT = _side_layout(kplan); kloff, _ = _luts(kplan)
     qfr = []
     kb = 0
     ai = _aint8(kplan, G)
@@ -2165,7 +2169,7 @@ PARK = False             # BMERGE kernels: the value accumulators the block's ch
 def _park_floats(vplan, G, carry):
     "Floats each thread parks (`PARK`, BMERGE kernels only): its value accumulators (4 per 16-dim tile) and VSCB's biases' accumulator; 0 otherwise"
     if not (PARK and carry): return 0
-    return 4 * sum(_steps(b, 'v') for b in vplan.bands) + (4 if _vscb(vplan, G) else 0)
+    return 4 * _vsteps(vplan) + (4 if _vscb(vplan, G) else 0)
 
 def _park(MT, zacc, store, base):
     """Source: a thread's parked floats (`PARK`): its MT x 4 value accumulators, then VSCB's biases' accumulator
@@ -2270,7 +2274,7 @@ def _lean_source(kplan, vplan, G, qprep, rep, share, carry=False):
     if carry:   # BMERGE: one partial per block, in slot KVQ_BX of KVQ_GX; the fold that follows merges KVQ_GX partials
         acc, vpro, loop, sums = _lean_values(vplan, G, rep, True, hrep)
         vs = bool(_vscb(vplan, G))   # (the value accumulators' columns 4-7 hold heads 0-3 too, and the biases' accumulator is carried)
-        MT = sum(_steps(b, 'v') for b in vplan.bands)   # the value accumulators: one per 16-dim step
+        MT = _vsteps(vplan)   # the value accumulators: one per 16-dim step
         pbase = 'reinterpret_cast<float*>(kvq_dyn)' if DYNLUT else 'park'   # where PARK's floats are
         return head + f"""    {acc}
     float cm[G], cl[G];   // the warp's running max and sum per head over the block's chunks so far

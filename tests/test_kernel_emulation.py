@@ -1107,7 +1107,7 @@ def test_parked_accumulators(monkeypatch):
         src = AK._decode_source(kp, vp, G, 'cuda', A._finish_kind(kp), fold=A._finish_kind(vp))
         pk = AK._park_floats(vp, G, True)
         assert AK._bmerge_ok(kp, vp, G) and f'reinterpret_cast<float*>(kvq_dyn)[{AK.NT} + tid]' in src and 'PARK: back' in src, name   # first in the dynamic shared memory (DYNLUT)
-        assert pk == 4 * sum(AK._steps(b, 'v') for b in vp.bands) + 4 * bool(AK._vscb(vp, G)), name   # 4 floats a 16-dim step (`HSTEP`)
+        assert pk == 4 * AK._vsteps(vp) + 4 * bool(AK._vscb(vp, G)), name   # 4 floats a 16-dim step (`HSTEP`)
         for masked in (False, True):
             assert E.check_final(kc, vc, B, Hkv, G, D, n, masked, fold=True) <= E.final_tolerance(kc, vc, G, D), (name, masked)
     monkeypatch.setattr(AK, 'DYNLUT', False)   # the tables and the parked floats in static shared memory
