@@ -15,7 +15,7 @@ from mlx_kvq import attention as A, qcache as Q
 from mlx_kvq.codecs import AffineCodec, CachedSide, codec_attention
 from mlx_kvq.qcache import CodecKVCache
 from mlx_kvq.turboquant import TurboQuantKVCache
-from calcodecs import calibrated_pair   # bench/calcodecs.py
+from calcodecs import calibrated_pair, calibrated as _calibrated   # bench/calcodecs.py
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 def calibrated(D):
@@ -24,7 +24,9 @@ def calibrated(D):
 
 CACHES = {'turbo:4': lambda D: TurboQuantKVCache(4, 4), 'turbo:3': lambda D: TurboQuantKVCache(3, 3),
           'turbo:4,2': lambda D: TurboQuantKVCache(4, 2), 'affine:4': lambda D: CodecKVCache(AffineCodec(4), AffineCodec(4)),
-          'affine:8,4': lambda D: CodecKVCache(AffineCodec(8), AffineCodec(4)), 'calibrated 4o5': calibrated}
+          'affine:8,4': lambda D: CodecKVCache(AffineCodec(8), AffineCodec(4)), 'calibrated 4o5': calibrated,
+          # auto:B's one-band keys (tq3cs) beside outlier-band values: the keys' queries prepared in the decode kernel (`attention._query_kind`)
+          'calibrated 3/6o': lambda D: CodecKVCache(_calibrated(3, 0, D, outliers=False), _calibrated(6, 1, D))}
 
 
 def gpu_encoded(side):

@@ -83,7 +83,10 @@ for _mma in ((True, False) if 'check' in only else ()):
               ('kvq_turbo 1o/5o', lambda D: (calibrated(1, D, 0), calibrated(5, D, 1))),
               ('kvq_turbo 2o/8o', lambda D: (calibrated(2, D, 0), calibrated(8, D, 1))),
               ('turbo:4 / affine:4', lambda D: (TurboCodec(4), AffineCodec(4, 32))),
-              ('affine:8 / turbo:3', lambda D: (AffineCodec(8, 32), TurboCodec(3, seed=1)))]
+              ('affine:8 / turbo:3', lambda D: (AffineCodec(8, 32), TurboCodec(3, seed=1))),
+              # auto:B's one-band keys (tq2cs, tq3cs) beside outlier-band values: queries prepared in the decode kernel where the band is one Walsh-Hadamard block (d64, d128; `attention._query_kind`)
+              ('kvq_turbo 2/6o (one-band keys)', lambda D: (calibrated(2, D, 0, False), calibrated(6, D, 1))),
+              ('kvq_turbo 3/6o (one-band keys)', lambda D: (calibrated(3, D, 0, False), calibrated(6, D, 1)))]
     shapes = [(1, 8, 4, 128, 1000), (1, 2, 1, 64, 37), (2, 2, 8, 80, 700), (1, 1, 4, 256, 3000), (1, 4, 2, 96, 513), (3, 2, 4, 128, 4100)]
     worst = 0.0
     for ci, (name, make) in enumerate(cases):
@@ -263,7 +266,7 @@ if 'variants' in only:
         for name, ins in ins_by.items():
             q0, ks, vs = ins[0]
             kp, vp = A.side_plan(ks.codec, D), A.side_plan(vs.codec, D)
-            qk = A._finish_kind(kp)
+            qk = A._query_kind(kp)
             if qk in (None, 'dense') or A._finish_kind(vp) is None or backend != 'cuda': continue   # (dense: the query kernel runs first)
             A.attend(q0, ks, vs, scale=D ** -0.5)
             t_dec = bench(lambda q, ks, vs: A._run_decode(q, kp, vp, ks.parts, vs.parts, None, N, 'cuda', qk, D ** -0.5)[:2], ins)

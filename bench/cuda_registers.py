@@ -12,7 +12,7 @@ Registers bound how many blocks an SM keeps resident (65,536 registers per SM, 1
 import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK, packing as _P
-from mlx_kvq.attention import side_plan, _finish_kind, _fold_inputs, _TAIL_CONSTANTS, _pack_defines, _packed_names
+from mlx_kvq.attention import side_plan, _finish_kind, _query_kind, _fold_inputs, _TAIL_CONSTANTS, _pack_defines, _packed_names
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -91,7 +91,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     with `write` the one that also takes the step's token and writes the staging buffers; `lb`: its launch bounds'
     resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel; `mask`: the mask input's type, float for
     a masked call, 'int32_t' for a call without a mask: `attention._mask_input`'s placeholder)"""
-    qprep = _finish_kind(kplan)
+    qprep = _query_kind(kplan)
     if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None, lb=lb)
@@ -126,7 +126,7 @@ if __name__ == '__main__':
     ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90')
     ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
     ap.add_argument('--loops', action='store_true', help='with --sass: the instructions of each tensor-core token loop')
-    ap.add_argument('--set', action='append', default=[], help='a kernel knob of attention_kernels, NAME=VALUE (e.g. LEAN=False)')
+    ap.add_argument('--set', action='append', default=[], help='a knob of attention_kernels, attention, packing or calibrated, NAME=VALUE (e.g. LEAN=False, CAL_QROT=False)')
     ap.add_argument('--fold', action='store_true', help='the kernels that finish the attention themselves (`FOLD`), as the final path launches them on CUDA')
     ap.add_argument('--cal', action='store_true', help="also the calibrated codec kinds `auto:5` plans (`cal:5,4` of bench/ncu_decode.py: 5 / 4 bits, an outlier band of dim / 8 channels at one bit more) at d128 and d256")
     def kv_bits(t):
@@ -142,8 +142,8 @@ if __name__ == '__main__':
     ap.add_argument('--unmasked', action='store_true', help="the kernels of calls without a mask (an int32 placeholder as the mask input, `attention._mask_input`: every decode step's); default: a masked call's (float32)")
     ap.add_argument('--lb', type=int, default=None, help='the resident blocks an SM the kernels are compiled for (default LB; LB_FEW = 2: one-KV-head calls)')
     args = ap.parse_args()
-    for kv in args.set:
-        k, v = kv.split('='); setattr(AK, k, eval(v))
+    from knobs import apply_knobs
+    apply_knobs(args.set)   # knobs of attention_kernels, attention, packing or calibrated; an unknown name stops the run
     configs = list(CONFIGS)
     if args.cal:
         import numpy as np
@@ -155,7 +155,7 @@ if __name__ == '__main__':
     if not configs: ap.error(f"--only {args.only!r} matches no configuration (labels like 'turbo:4 D128', 'cal:5,4 D256' with --cal)")
     for label, kc, vc, G, D in configs:
         kp, vp = side_plan(kc, D), side_plan(vc, D)
-        qprep = _finish_kind(kp)
+        qprep = _query_kind(kp)
         got, fin = compile_decode(kp, vp, G, args.fold, args.arch, args.sass or args.loops, lb=args.lb, mask='int32_t' if args.unmasked else 'float')
         regs, spill, smem = got[:3]
         print(f"{label} G{G} D{D} ({'final' if qprep else 'partial'}{', folded' if fin else ''}): {regs} registers, {spill} bytes spilled, {smem} bytes smem "

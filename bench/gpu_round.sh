@@ -66,6 +66,9 @@
 #       kern   (Nsight Compute ($NCU_CC: cache control, default none): every kernel of a decode call per line of $KERN: 'SHAPE CTX SCHEME [KNOB=V...]', SHAPE gemma / issue / llama (32 / 8 heads, d64) / gemma@base / issue@base (the package of .kvq_base/old, bench/baseline_package.sh --plain), lines split by ';'; fp16: MLX's SDPA kernels)
 #       hstep  (HSTEP: the calibrated GPU checks and decode steps, then the decode kernel at 131K on the issue's shape with HSTEP off / values only / on, alternating: about 7 min)
 #       hstepcall (one call of the issue's shape, fp16 / auto:5, serial, 4K and 131K, HSTEP off then on, each its own process: about 2 min)
+#       qrot   (CAL_QROT: one-band calibrated keys' queries prepared in the decode kernel: the calibrated GPU checks, staged-kernel checks and decode steps (stages of 3 crossed), then Nsight Compute of the query and decode kernels at 4K and 131K on the issue's shape, off / on alternating: about 8 min)
+#       qrotcall (one call of the issue's shape, fp16 / auto:5 (and $MORE), serial, 3 rounds, 4K / 32K / 131K, CAL_QROT off then on, each its own process: about 3 min)
+#       qrotmodel (whole model, Llama-3.2-1B's shape (auto:5 plans one-band keys in most layers), fp16 / auto:5 at $CTXS (32768), CAL_QROT off / on / off / on, each its own process, $ROUNDS (2) rounds)
 #       gemmalayers (bench/gemma_layers.py: Gemma-3-shaped whole model, every layer compressed against only the global layers, against fp16, 3 rounds, host cProfiles)
 #       ringstep (bench/ring_step_cuda.py: one decode step of 22 sliding-window layers, fp16 and quantized rings, by piece)
 #       ring   (a sliding-window ring's decode token by one launch, quantize_into_pair: GPU check, cost by piece, Gemma-3-shaped whole model with it off / on)
@@ -459,6 +462,25 @@ case $part in
          timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1; wait
          grep -E "FAIL|failing|failed" "$O/check/run.log" | head; tail -2 "$O/check/run.log" | cut -c1-300; tail -4 "$O/steps/run.log" | cut -c1-300
          KERN=${HKERN:-'issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6 HSTEP="v";issue 131072 cal:3,6;issue 131072 cal:5,4 HSTEP="";issue 131072 cal:5,4;issue 131072 cal:3,6 HSTEP="";issue 131072 cal:3,6;issue 131072 turbo:4'} bash "$0" kern "$O" ;;
+  qrot) # CAL_QROT (a one-band calibrated key side's queries prepared in the decode kernel, no query kernel): check_fused_cuda's calibrated cases (one-band keys at d64 and d128 among them),
+         # check_staged_cuda, decode steps of one-band keys and outlier-band ones (then with stages of 3 crossed), in parallel (cut at LIMIT s); then Nsight Compute, off / on alternating
+         mkdir -p "$O/check" "$O/steps" "$O/staged" "$O/steps3"
+         timeout ${LIMIT:-240} python3 bench/check_fused_cuda.py --only check --cases 'kvq_turbo' --out "$O/check" > "$O/check/run.log" 2>&1 &
+         timeout ${LIMIT:-240} python3 bench/check_staged_cuda.py --out "$O/staged" > "$O/staged/run.log" 2>&1 &
+         ( timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 3/6o' 'calibrated 4o5' --out "$O/steps" > "$O/steps/run.log" 2>&1
+           KVQ_KNOBS="CodecKVCache.stage=3" timeout ${LIMIT:-240} python3 bench/check_decode_steps.py --schemes 'calibrated 3/6o' --steps 8 --out "$O/steps3" > "$O/steps3/run.log" 2>&1 ) ; wait
+         for f in check staged steps steps3; do echo "== $f"; grep -E "FAIL|failing|failed" "$O/$f/run.log" | head -5; tail -3 "$O/$f/run.log" | cut -c1-300; done
+         KERN=${QKERN:-'issue 4096 cal1:3,6 CAL_QROT=False;issue 4096 cal1:3,6;issue 131072 cal1:3,6 CAL_QROT=False;issue 131072 cal1:3,6;issue 4096 cal1:3,6 CAL_QROT=False;issue 4096 cal1:3,6;issue 4096 turbo:4'} bash "$0" kern "$O" ;;
+  qrotcall) # one call of the issue's shape, fp16 / auto:5 (and $MORE), serial, 3 rounds, CAL_QROT off then on (the default), each in its own process
+         for h in False True; do
+           KVQ_KNOBS="CAL_QROT=$h" timeout ${T:-170} python3 -c "import sys; sys.path.insert(0, 'bench'); from knobs import apply_knobs; print('knobs', apply_knobs()); from mlx_kvq.cli import main; sys.argv = ['mlx-kvq'] + sys.argv[1:]; sys.exit(main())" \
+             bench --kv fp16 auto:5 ${MORE:-} --context ${CTXS:-4096 32768 131072} --calls 8 --repeats 5 --rounds 3 --serial --json "$O/qrot_$h.json" > "$O/qrot_$h.log" 2>&1
+           grep -E "^\| [0-9]|measured these|^knobs|planned" "$O/qrot_$h.log" | cut -c1-200 | sed "s/^/CAL_QROT $h: /"; done ;;
+  qrotmodel) # whole model of Llama-3.2-1B's shape, fp16 / auto:5, CAL_QROT off and on twice, each run its own process (the knob is read when a launcher is made)
+         for h in False True False True; do
+           KVQ_KNOBS="CAL_QROT=$h" timeout ${T:-200} python3 -c "import sys; sys.path.insert(0, 'bench'); from knobs import apply_knobs; print('knobs', apply_knobs()); from mlx_kvq.cli import main; sys.argv = ['mlx-kvq'] + sys.argv[1:]; sys.exit(main())" \
+             bench --whole-model llama-3.2-1b --kv fp16 auto:5 --context ${CTXS:-32768} --steps 48 --rounds ${ROUNDS:-2} > "$O/model_$h.log" 2>&1
+           grep -E "^\| [0-9a-z]|measured these|^knobs|planned" "$O/model_$h.log" | cut -c1-200 | sed "s/^/CAL_QROT $h: /"; done ;;
   hstepcall) # one call of the issue's shape, fp16 / auto:5 (and $MORE), serial, 3 rounds, at 4K and 131K, with HSTEP off then on (the default), each in its own process: the bench's plan is printed per run
          for h in '""' "'kv'"; do tag=$([ "$h" = '""' ] && echo off || echo on)
            KVQ_KNOBS="HSTEP=$h" timeout ${T:-140} python3 -c "import sys; sys.path.insert(0, 'bench'); from knobs import apply_knobs; print('knobs', apply_knobs()); from mlx_kvq.cli import main; sys.argv = ['mlx-kvq'] + sys.argv[1:]; sys.exit(main())" \

@@ -19,8 +19,9 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'RING', 'side_plan', 'fused_decode_partial',
-           'fused_decode', 'decode_runner', 'staged_runner', 'stage_capacity', 'compiled_decode', 'attend']
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'CAL_QROT', 'RING', 'side_plan',
+           'fused_decode_partial', 'fused_decode', 'decode_runner', 'staged_runner', 'stage_capacity',
+           'compiled_decode', 'attend']
 
 # %% ../nbs/03b_attention.ipynb #ef9c3d6b
 class _Band:
@@ -494,6 +495,27 @@ def _finish_kind(plan):
             and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024: return 'rot'
     return 'dense' if 32 * sum(_nslices(b.n) for b in plan.bands) <= 1024 else None
 
+CAL_QROT = True   # one-band calibrated keys: queries prepared in the decode kernel (`_query_kind`)
+def _query_kind(plan):
+    """How the decode kernel takes a plan's queries: as `_finish_kind` says, except a calibrated plan of one band over the
+    whole head dim with one Walsh-Hadamard block (`auto:B`'s one-band kinds, tqBcs): its queries are prepared in the
+    kernel as a turbo plan's are ('rot': signs and butterflies), its per-channel scales divided into the signs
+    (`_qsigns`), and its mean's term q . mean, one constant per query head, left out of every score as the query kernel
+    leaves it out (a softmax does not see it). Such a layer's step launches no query kernel (`CAL_QROT`; False: the
+    query kernel prepares them, as before 2026-12-01's seventh session: the GPU runs' baseline)"""
+    kind = _finish_kind(plan)
+    if CAL_QROT and kind == 'dense' and len(plan.bands) == 1:
+        b = plan.bands[0]
+        if b.idx is None and b.rot is not None and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024: return 'rot'
+    return kind
+
+def _qsigns(plan):
+    "What a 'rot' query is multiplied by before the butterflies: the rotation's signs, over a calibrated plan's per-channel scales (`_band_queries`: q / scale, then the rotation)"
+    if plan.scale is None: return _signs(plan)
+    if not hasattr(plan, '_qsg'):
+        plan._qsg = device_constant(np.array(plan.bands[0].rot.signs.astype(mx.float32)) / np.array(plan.scale.astype(mx.float32)))
+    return plan._qsg
+
 def _signs(plan):
     if not hasattr(plan, '_signs'):
         b = plan.bands[0]
@@ -541,7 +563,7 @@ def _run_decode(q, kplan, vplan, kparts, vparts, mask, n, backend, qprep=None, s
     GX = _grid_x(S, kplan, vplan, G, backend, half, R)
     kernel, names = _get_kernel(kplan, vplan, G, backend, qprep, half, lb=_AK._lb(GX * R))
     val = dict(q=mx.contiguous(qcat), ktab=_tables(kplan), vtab=_tables(vplan), mask=mk, meta=meta)
-    if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _signs(kplan)
+    if qprep: val['qsc'], val['qsg'] = _scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), _qsigns(kplan)
     for side, plan, parts in (('k', kplan, kparts), ('v', vplan, vparts)):
         for i, b in enumerate(plan.bands):
             val[f'{side}w{i}'], val[f'{side}g{i}'] = parts[b.words], parts[b.gamma]
@@ -689,7 +711,7 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
 
 def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
-    qprep, fin = _finish_kind(kplan), _finish_kind(vplan)
+    qprep, fin = _query_kind(kplan), _finish_kind(vplan)
     kdense = qprep == 'dense'            # the queries prepared by their own kernel, the decode kernel reads them as they come
     if kdense: qprep = None
     half = queries.dtype != mx.float32
@@ -704,7 +726,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     tsc = _scalar(float(scale))
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
-                 **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_signs(kplan)) if qprep else {}))
+                 **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_qsigns(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     fconsts = list(const.items()) + list(zip(_fold_inputs(fin), extra))   # the folded kernels' constants, packed as one input (`_packed`)
     folds = False   # whether this configuration's calls may finish in the decode kernel (CUDA, `FOLD`)

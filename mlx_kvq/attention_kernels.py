@@ -286,7 +286,7 @@ def _decode_body(kplan, vplan, G, backend, qprep, half, fold, tail):
     src = _mma_source(kplan, vplan, G, qprep, carry) if _uses_mma(kplan, vplan, G, backend, half) else _simt_source(kplan, vplan, G, backend, qprep)
     if not fold: return src
     VDP = 32 * sum(_side_layout(vplan)[0])
-    fin = _fold_source(VDP, fold, sum(b.n for b in vplan.bands), tail)
+    fin = _fold_source(VDP, fold, sum(b.n for b in vplan.bands), tail, qprep)
     return _scratch_source(G, VDP, carry) + src + ("    { const int S = KVQ_GX;   // BMERGE: the fold merges one partial per block\n" + fin + "    }\n" if carry else fin)
 
 def scratch_floats(R, SP, G, VDP):
@@ -648,7 +648,7 @@ def _fold_ok(S, G, VDP, tail=None):
     staged tokens' rotated queries, codes, norms, weights and merge coefficients too: `_tail_source`)"""
     return S <= FOLD and G * (_fold_groups() + VDP) + _tail_floats(G, VDP, tail) <= G * _chmax(G)
 
-def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
+def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False, QPREP=None):
     """Source the fold runs, when the kernel takes a cache's staged tokens (`tail`; per side a turbo codec with one
     Walsh-Hadamard block, `KSPEC` / `VSPEC` its bits, or an affine one, ('affine', bits, group size), or a calibrated one, ('cal', bands), quantized by its pair kernel's text (`_cal_quant_source`) in a warp's scratch after the codes: `_tail_side`), between merging the row's quantized partials into `xs` (rotated, normalized, max
     `stat[2g + 1]`, sum `stat[2g]`) and the finish. The row's `meta[8]` staged tokens (input `ts`: the cache's staging
@@ -657,7 +657,8 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
     warp per token and side gives the codes and the float16-rounded norm the cache's pair kernel will store when the
     stage is quantized, so a staged token is attended exactly as it will be once stored, and a staging cache answers
     as one that quantizes every step (and as a batch cache). A warp per head rotates its raw query `q` (signs `sgk`,
-    butterflies, 1/sqrt(D), times `tsc`). Scores (thread per head and token): rotated query . centroids `cek` of the
+    butterflies, 1/sqrt(D), times `tsc`; for calibrated keys whose queries the decode kernel prepares, `QPREP` 'rot',
+    the same with `qsg`, the signs over the channels' scales; other calibrated keys read the query kernel's output). Scores (thread per head and token): rotated query . centroids `cek` of the
     codes, times the norm, on the scale of the quantized part's; a warp per head finds their max m and weights
     e^(s - m) (sum l) and the log-sum-exp coefficients: with M the larger of m and the quantized max Mq,
     a = e^(Mq - M) Lq, b = e^(m - M), `tm[2g]` = a / (a + b l), `tm[2g + 1]` = b / (a + b l). Then, in the rotated space
@@ -707,17 +708,19 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False):
                 }}
                 if (lane == 0) {aux}[0] = __half2float(__float2half_rn(nrm));   // as the cache stores it (float16) and the kernel reads it
 """
-    if kkind == 'turbo':
-        qprep = f"""                constexpr int E = TD / 32, N = TD;
+    rotq = lambda signs: f"""                constexpr int E = TD / 32, N = TD;
                 const T* const xr = q + ((long)r * G + task) * TD;
-                const float* const signs = sgk;
+                const float* const signs = {signs};
                 float v[E];
 {_QROT_CUDA}                for (int e = 0; e < E; ++e) tq[task * TD + lane * E + e] = v[e] * tsc[0];
 """
+    if kkind == 'turbo':
+        qprep = rotq('sgk')
         kdot = "for (int d = 0; d < TD; ++d) s += qg[d] * cek[kc[d]];\n            tw[g * TC + t] = s * tn[t];"
     elif kkind == 'cal':   # the prepared queries (`q`: each band's coordinates padded to whole slices, scaled) without the padding; a band's sum times its gamma
         boff, poff, KDP = _band_offsets(KSPEC[1])
-        qprep = f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
+        # QPREP 'rot' (one band of the whole dim, one Walsh-Hadamard block: `attention._query_kind`): the raw query rotated as a turbo key's, its signs over the channels' scales (`qsg`)
+        qprep = rotq('qsg') if QPREP == 'rot' else f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
 """
         oc = [o[3] for o in _cal_offsets(D, KSPEC[1])[0]]
         kdot = "".join(f"{{ float sb = 0.0f; for (int j = 0; j < {n}; ++j) sb += qg[{boff[i]} + j] * sgk[{oc[i]} + kc[{boff[i]} + j]]; s += sb * tn[t * KN + {i}]; }}\n            "
@@ -830,7 +833,7 @@ def _merge_batch(F, inside, at, stats, value):
                 }}
             }}"""
 
-def _fold_source(VDP, finish, Dv=None, tail=None):
+def _fold_source(VDP, finish, Dv=None, tail=None, qprep=None):
     """Source appended to the CUDA decode kernel so that it finishes the attention itself (`finish` 'plain', 'rot' or
     'dense' with the output's width `Dv`, as the combine kernel's), merging the row's partials in two levels so that no
     block merges many: the blocks of a row form groups of FGS (`kvq_grp` = block / FGS). Every block, once its chunks'
@@ -845,7 +848,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     count, then the groups') is the previous call's `cnext`, which block 0 of each row zeroes here: calls sharing a
     counter run one after another (MLX orders them by that dependency), never two at once on one counter. `tail` = (key
     dim, stage capacity, key spec, value spec, write): the staged tokens, quantized in the kernel, merged in before the
-    finish (`_tail_source`)."""
+    finish (`_tail_source`; `qprep`: how the decode kernel takes the queries, 'rot' where it prepares them itself)."""
     h = 'h + ' if 0 < FB1 < FGS else ''   # FB1: the group's partials in batches of FB1 (partial h + i of slot s0)
     group_merge = ("            for (int s0 = b0; s0 < S; s0 += KVQ_GX)" + (f" for (int h = 0; h < FGS; h += {FB1})" if h else "") + "\n" +
                    _merge_batch(FB1 if h else 'FGS', f'{h}i < nb && s0 + {h}i < S', f'(((long)r * S + s0 + {h}i) * G + g) * 2', 'ml', f'op + (long)(s0 + {h}i) * (G * VDP / 4)'))
@@ -897,7 +900,7 @@ def _fold_source(VDP, finish, Dv=None, tail=None):
     if tail is not None:
         if finish != {'turbo': 'rot', 'affine': 'plain', 'cal': 'dense'}[_tail_side(tail[3], Dv)[0]]:
             raise ValueError(f"staged tokens are merged by the 'rot' finish (turbo values, one Walsh-Hadamard block), the 'plain' one (affine values) or the 'dense' one (calibrated values), not {finish!r}")
-        src += _tail_source(VDP, Dv, *tail)
+        src += _tail_source(VDP, Dv, *tail, qprep)
     def mix(g, e, x): return f"({x})"   # (the staged tokens, if any, are merged into xs before the finish)
     if finish == 'plain':
         return src + f"""        for (int i = tid; i < G * VDP; i += {NT}) out[(long)r * G * VDP + i] = (T){mix('i / VDP', 'i % VDP', 'xs[i]')};

@@ -40,7 +40,8 @@ def test_simt_kernel_on_cuda(case, monkeypatch):
     assert E.check(kc, vc, B, Hkv, G, D, n, True) <= 1e-4, name
 
 FINAL = [c for c in E.CASES if c[6] % 32 == 0 and c[0] in ('turbo:4', 'turbo:3', 'affine:8,4', 'affine:3 g64 / affine:6 g32', 'calibrated 5o/4o')] + \
-        [('turbo:3 keys / calibrated values', 'mixed', None, 1, 2, 4, 128, 500)]   # a 'rot' side beside a 'dense' one
+        [('turbo:3 keys / calibrated values', 'mixed', None, 1, 2, 4, 128, 500),    # a 'rot' side beside a 'dense' one
+         ('calibrated one-band 3 keys / 6o values', 'cal1', None, 1, 2, 4, 128, 500)]   # keys prepared in the kernel ('rot', `_query_kind`), values finished by the dense map
 
 def _pair(kc, vc, D):
     "The codecs of a case (the calibrated ones made for its head dim)"
@@ -48,6 +49,7 @@ def _pair(kc, vc, D):
     if kc == 'mixed': return E.CASES[1][1], E.calibrated_pair(D)[1]
     if kc == 'cal-affine': return E.calibrated(4, 0, D), AffineCodec(8)
     if kc == 'turbo-cal': return TurboCodec(4), E.calibrated(5, 1, D)
+    if kc == 'cal1': return E.calibrated(3 if D > 64 else 2, 0, D, outliers=False), E.calibrated(6, 1, D)   # auto:B's one-band keys (tq3cs, tq2cs) beside outlier-band values
     return kc, vc
 
 @pytest.mark.parametrize('case', FINAL, ids=[c[0] for c in FINAL])
@@ -240,6 +242,28 @@ def test_dense_finish_is_checked(monkeypatch):
     orig_f = AK._fold_source
     monkeypatch.setattr(AK, '_fold_source', lambda *a: orig_f(*a).replace('for (int jj = 0; jj < JL; ++jj)', 'for (int jj = 1; jj < JL; ++jj)'))
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+
+def test_one_band_calibrated_queries_in_the_kernel(monkeypatch):
+    """auto:B's one-band calibrated keys (tqBcs: one Walsh-Hadamard block over the whole head dim) take their queries as
+    turbo keys do, prepared in the decode kernel (`_query_kind` 'rot': the rotation's signs over the channels' scales,
+    `_qsigns`), at every head dim and width auto:B plans; the kinds with an outlier band keep the query kernel. Not
+    vacuous: the final path is caught when the signs leave the scales out, and the staged path when the staged tokens'
+    queries take the rotation's signs alone (the key side's constants `sgk` in `qsg`'s place)"""
+    for D in (64, 128, 256):
+        for bits in (2, 3, 4, 5):
+            assert A._query_kind(A.side_plan(E.calibrated(bits, 0, D, outliers=False), D)) == 'rot', (D, bits)
+            assert A._query_kind(A.side_plan(E.calibrated(bits, 0, D), D)) == 'dense', (D, bits)
+    assert A._query_kind(A.side_plan(TurboCodec(4), 128)) == 'rot' and A._query_kind(A.side_plan(AffineCodec(4), 128)) == 'plain'
+    name, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[1] == 'cal1'][0]
+    kc, vc = _pair(kc, vc, D)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= E.final_tolerance(kc, vc, G, D)
+    monkeypatch.setattr(A, '_qsigns', A._signs)
+    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
+    monkeypatch.undo()
+    assert E.check_staged(kc, vc, B, Hkv, G, D, 300, 4, 8) <= E.final_tolerance(kc, vc, G, D)
+    wrong = _tail_mutator(monkeypatch, (32 * sum(AK._side_layout(A.side_plan(vc, D))[0]), D, D, 8, A._tail_spec(A.side_plan(kc, D)), A._tail_spec(A.side_plan(vc, D)), False, 'rot'))
+    wrong('const float* const signs = qsg;', 'const float* const signs = sgk;')
+    assert E.check_staged(kc, vc, B, Hkv, G, D, 300, 4, 8) > 1e-2
 
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
@@ -644,7 +668,7 @@ def test_metal_layout(case):
     assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
 
 @pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16'), ('turbo:3', 'bfloat16'),
-                                          ('calibrated', 'float16')])
+                                          ('calibrated', 'float16'), ('calibrated one-band keys', 'float16')])
 def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     """A cache's decode steps exactly as a GPU runs them, with `mx.fast.cuda_kernel` standing in for the emulator: the
     quantize kernel (turbo: model dtype in, float16 norms out) and the decode + combine kernels launched by the memoized
@@ -672,6 +696,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     dt = getattr(mx, dtype)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
     if scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the final path's 'dense' finish
+    elif scheme == 'calibrated one-band keys': cache = CodecKVCache(E.calibrated(3, 0, D, outliers=False), E.calibrated(6, 1, D))   # auto:B's tq3cs keys
     else: cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
     mx.random.seed(3)
     ks, vs = mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt), mx.random.normal((B, Hkv, n0 + steps, D)).astype(dt)
@@ -690,6 +715,8 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
     if scheme == 'calibrated':   # the queries prepared by their own kernel (dense map), the output finished by the decode kernel (dense map)
         assert A._finish_kind(A.side_plan(cache.k_codec, D)) == 'dense' and any(nm.startswith('mlx_kvq_qmap') for nm in launched), set(launched)
+    if scheme == 'calibrated one-band keys':   # the queries prepared in the decode kernel (`_query_kind`): no query kernel launched
+        assert A._query_kind(A.side_plan(cache.k_codec, D)) == 'rot' and not any(nm.startswith('mlx_kvq_qmap') for nm in launched), set(launched)
     # calls of a few chunks (`AK.FOLD`): the decode kernel finished the attention itself, no combine kernel was launched
     assert AK.FOLD and not any(nm.startswith('mlx_kvq_decode_combine') for nm in launched), set(launched)
     # the same launcher with a mask (rotating caches pass one): the fused final path against its blockwise reference
@@ -766,7 +793,8 @@ STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300, 8
           ('affine:3 g128 / turbo:4 d256', AffineCodec(3, 128), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8),   # one side of each kind
           ('calibrated 4o/4o d64', None, None, 1, 2, 4, 64, 300, 8),                                          # calibrated sides (auto:B's): the pair kernel's arithmetic
           ('calibrated 4o keys / affine:8 d128 G8 B2', 'cal-affine', None, 2, 1, 8, 128, 300, 8),             # a calibrated side beside an affine one (auto:B on Llama shapes)
-          ('turbo:4 keys / calibrated 5o values', 'turbo-cal', None, 1, 2, 4, 128, 300, 8)]
+          ('turbo:4 keys / calibrated 5o values', 'turbo-cal', None, 1, 2, 4, 128, 300, 8),
+          ('calibrated one-band 2 keys / 6o values d64', 'cal1', None, 1, 2, 4, 64, 300, 8)]                # keys prepared in the kernel (`_query_kind`), the staged ones' queries too
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])
 def test_staged_tokens_merged_by_the_fold(case):
