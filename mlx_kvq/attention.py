@@ -486,8 +486,9 @@ def _tables(plan):
 def _finish_kind(plan):
     """How the kernels prepare a plan's queries and finish its output themselves: 'plain' (affine: the scale), 'rot' (one
     Walsh-Hadamard band: signs and butterflies), 'dense' (any other turbo plan, the calibrated codecs among them: the
-    query by its dense map in a small kernel before the decode kernel, the output by the dense output map in the combine
-    or folded finish, `_kernel_maps`), else None"""
+    query by its dense map in a small kernel before the decode kernel (except a one-band calibrated key side's, which the
+    decode kernel prepares: `_query_kind`), the output by the dense output map in the combine or folded finish,
+    `_kernel_maps`), else None"""
     if plan.kind == 'affine': return 'plain'
     if plan.kind != 'turbo': return None
     b = plan.bands[0]
@@ -778,7 +779,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         at = [tnames.index(nm) for nm in ('cnt', 'ts')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
         return kern, ins, (i_q, i_m, *at), pat
     def qprepared(q):
-        "The decode kernel's query input: mapped by the query kernel for 'dense' keys (the calibrated codecs'), else as it comes"
+        "The decode kernel's query input: mapped by the query kernel for 'dense' keys (calibrated codecs with an outlier band or a rotation of several blocks: `_query_kind`), else as it comes"
         return prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
                     output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
     def staged(q, kp, vp, n, sb, T, kc, vc, nk=None, nv=None):
