@@ -491,10 +491,13 @@ def _finish_kind(plan):
     `_kernel_maps`), else None"""
     if plan.kind == 'affine': return 'plain'
     if plan.kind != 'turbo': return None
-    b = plan.bands[0]
-    if len(plan.bands) == 1 and plan.mean is None and plan.scale is None and b.rot is not None \
-            and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024: return 'rot'
+    if plan.mean is None and plan.scale is None and _one_block(plan): return 'rot'
     return 'dense' if 32 * sum(_nslices(b.n) for b in plan.bands) <= 1024 else None
+
+def _one_block(plan):
+    "Whether a turbo plan is one band in the vectors' own order, of whole 32-dim slices (at most 1024), rotated by one Walsh-Hadamard block: what the kernels' 'rot' butterflies take"
+    b = plan.bands[0]
+    return len(plan.bands) == 1 and b.idx is None and b.rot is not None and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024
 
 CAL_QROT = True   # one-band calibrated keys: queries prepared in the decode kernel (`_query_kind`)
 def _query_kind(plan):
@@ -505,10 +508,7 @@ def _query_kind(plan):
     leaves it out (a softmax does not see it). Such a layer's step launches no query kernel (`CAL_QROT`; False: the
     query kernel prepares them, as before 2026-12-01's seventh session: the GPU runs' baseline)"""
     kind = _finish_kind(plan)
-    if CAL_QROT and kind == 'dense' and len(plan.bands) == 1:
-        b = plan.bands[0]
-        if b.idx is None and b.rot is not None and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024: return 'rot'
-    return kind
+    return 'rot' if CAL_QROT and kind == 'dense' and _one_block(plan) else kind
 
 def _qsigns(plan):
     "What a 'rot' query is multiplied by before the butterflies: the rotation's signs, over a calibrated plan's per-channel scales (`_band_queries`: q / scale, then the rotation)"
