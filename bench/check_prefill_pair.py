@@ -6,14 +6,15 @@ quantization and zeros, `packing.quantize_into_pair` (a decode token quantized i
 rows and the reference quantization, `packing.affine_into_pair` (an affine pair's decode token into a full ring) against
 the kept rows and MLX's CUDA `mx.quantize`, sliding-window caches of both kinds against their slice path, and the kept launches of verified pair decodes at other token counts.
 
-    python3 bench/check_prefill_pair.py [--ring | --affine-ring]   # one line per case and 'N failing' at the end; --ring: the ring
+    python3 bench/check_prefill_pair.py [--ring | --affine-ring | --cal]   # one line per case and 'N failing' at the end; --ring: the ring
                                                                    # writes and the sliding-window caches only (they run first);
-                                                                   # --affine-ring: the affine ones only"""
+                                                                   # --affine-ring: the affine ones only; --cal: the prefill chunks
+                                                                   # of the calibrated kinds `auto:B` plans only"""
 import sys, warnings
 from pathlib import Path
 import mlx.core as mx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1])); sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mlx_kvq import packing as P, attention as A
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.qcache import CodecKVCache
@@ -59,6 +60,10 @@ def main():
     print(f"backend {P.kernel_backend()}, MLX {mx.__version__}, {mx.default_device()}")
     bad = 0
     warnings.simplefilter('error')     # a first-use refusal warns: a failure here
+    if "--cal" in sys.argv:     # the calibrated kinds' prefill chunks only
+        bad = prefill_cases((('cal1:3,4', 0), ('cal1:2,6', 16), ('cal1:4,4', 0), ('cal:5,4', 0), ('cal1:3,a8', 0)))
+        print(f"{bad} failing")
+        sys.exit(1 if bad else 0)
     turbo_rings = "--affine-ring" not in sys.argv     # --affine-ring: the affine ring write and caches only
     for (bits, dim) in [(4, 64), (3, 128), (4, 256), (2, 256), (8, 128)] * turbo_rings:     # a decode token quantized into a full sliding-window ring
         for dt in (mx.float16, mx.bfloat16, mx.float32):
@@ -157,23 +162,45 @@ def main():
             except Exception as e: ok, errs = False, [repr(e)[:200]]
             bad += not ok
             print(f"affine pair k {bk}b g{gk} d{dk} v {bv}b g{gv} d{dv} {dt}: rel err {errs} (reference max {[f'{t:.3g}' for t in tops]}) {'ok' if ok else 'FAIL'}")
-    for kv, window in (('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 16), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 16)):
+    bad += prefill_cases((('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 16), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 16)))
+    print(f"{bad} failing")
+
+
+def cal_cache(kv, window):
+    """A cache of the calibrated kinds `auto:B` plans (`bench/calcodecs.py`): `cal1:K,V` one band a side (the turbo pair
+    launch decodes it), `cal:K,V` an outlier band a side, `cal1:K,a8` one-band keys with 8-bit affine values (the last two
+    by each side's own decode)"""
+    from calcodecs import calibrated
+    kind, bits = kv.split(':'); kb, vb = bits.split(',')
+    kc = calibrated(int(kb), 0, 128, outliers=kind == 'cal')
+    vc = AffineCodec(8) if vb == 'a8' else calibrated(int(vb), 1, 128, outliers=kind == 'cal')
+    return CodecKVCache(kc, vc, window=window)
+
+
+def prefill_cases(cases):
+    """A chunk of 256 queries over a 3,256-token past through `attention.attend` (the pair route where it applies) against
+    `codec_attention` in float32; calibrated cases also say whether the turbo pair launch served them. Returns failures"""
+    bad = 0
+    for kv, window in cases:
         kb, _, vb = kv.split(':')[1].partition(',')
         C = TurboCodec if kv.startswith('turbo') else AffineCodec
         for dt in (mx.float16, mx.bfloat16):
-            cache = CodecKVCache(C(int(kb)), C(int(vb or kb), **({'seed': 1} if C is TurboCodec else {})), window=window)
+            cache = cal_cache(kv, window) if kv.startswith('cal') else CodecKVCache(C(int(kb)), C(int(vb or kb), **({'seed': 1} if C is TurboCodec else {})), window=window)
             cache.update_and_fetch(mx.random.normal((1, 8, 3000, 128)).astype(dt), mx.random.normal((1, 8, 3000, 128)).astype(dt))
             ks, vs = cache.update_and_fetch(mx.random.normal((1, 8, 256, 128)).astype(dt), mx.random.normal((1, 8, 256, 128)).astype(dt))
             q = mx.random.normal((1, 32, 256, 128)).astype(dt)
+            calls, pair = [], A.decode_turbo_pair
+            A.decode_turbo_pair = lambda *a: calls.append(1) or pair(*a)
             try:
                 got = A.attend(q, ks, vs, scale=128 ** -0.5, mask='causal')
                 ref = codec_attention(q.astype(mx.float32), ks, vs, scale=128 ** -0.5, mask='causal')
                 err = mx.abs(got.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item()
-                ok = err <= (2e-3 if dt == mx.float16 else 1.6e-2)
+                ok = err <= (2e-3 if dt == mx.float16 else 1.6e-2) and (not kv.startswith('cal') or bool(calls) == (kv.startswith('cal1:') and not kv.endswith('a8')))
             except Exception as e: ok, err = False, repr(e)[:200]
+            finally: A.decode_turbo_pair = pair
             bad += not ok
-            print(f"prefill {kv} window {window} {dt}: rel err {err} {'ok' if ok else 'FAIL'}")
-    print(f"{bad} failing")
+            print(f"prefill {kv} window {window} {dt}: rel err {err}{f', turbo pair launch {bool(calls)}' if kv.startswith('cal') else ''} {'ok' if ok else 'FAIL'}")
+    return bad
 
 
 if __name__ == '__main__': main()

@@ -555,6 +555,18 @@ case $part in
          timeout ${LIMIT:-280} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --out "$O/steps" > "$O/steps.log" 2>&1; wait
          for f in check check64; do echo "== $f"; grep -E "^kvq_turbo|failing|worst" "$O/$f/run.log" | cut -c1-200 | tail -30; done; tail -4 "$O/steps.log" ;;
   halfncu) KERN="${KERN:-llama 131072 cal1:2,6;llama 131072 cal1f:2,6;issue 131072 cal:3,6;issue 131072 calf:3,6;issue 131072 cal:5,4;issue 131072 calf:5,4;gemma 131072 cal:5,4;gemma 131072 calf:5,4;llama 131072 cal1:2,6;llama 131072 cal1f:2,6}" bash "$0" kern "$O/.." ;;   # the decode kernels with exact half tables against float64 codebooks' (VTLO), Nsight Compute at 131K
+  bars1) # the issue's bars with the code of 2026-12-01 evening in one machine start: the 16K prefill in 2048-token chunks per scheme, auto:5 (the default) among them (never measured on a GPU before), fp16 first and last; then one call of the issue's shape, every scheme, serial, 3 alternating rounds (about 7 min)
+         timeout ${LIMIT:-300} python3 bench/prefill_profile.py --kv fp16 turbo:4 auto:5 affine:4 affine:8,4 fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |planned|Error" "$O/prefill.log" | cut -c1-300
+         timeout ${LIMIT2:-240} python3 -m mlx_kvq bench --kv fp16 affine:8,4 affine:4 turbo:4 turbo:3 auto:5 --context 4096 32768 131072 --calls 8 --repeats 5 --rounds 3 --serial --json "$O/issue.json" > "$O/issue.log" 2>&1
+         grep -E "^\| [0-9]|measured these|disagrees|Error" "$O/issue.log" | cut -c1-300; bench_split "$O/issue.json" ;;
+  calprefill) # auto:5's prefill (2026-12-01 evening): one-band calibrated pairs decoded by the turbo pair launch (`_pair_prefill`), other calibrated sides by their decode without the (.., words, 32) unpack: the calibrated prefill chunks against the reference, then the 16K prefill (auto:5/previous: PREFILL_PAIR off, each side's own decode), then Gemma 3 1B's shape (about 6 min)
+         timeout 200 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -12 "$O/check.log" | cut -c1-250
+         timeout ${LIMIT:-250} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 auto:5/previous fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |planned|Error" "$O/prefill.log" | head -9 | cut -c1-300
+         timeout ${LIMIT2:-200} python3 bench/prefill_profile.py --shape gemma-3-1b --kv fp16 auto:5 turbo:4 fp16 --skip-layer > "$O/gemma.log" 2>&1; grep -E "^\| |planned|Error" "$O/gemma.log" | head -8 | cut -c1-300 ;;
+  calprefill2) # after calprefill: the calibrated centring undone by one fused operation (`calibrated.uncentre`); the checks, the 16K prefill with each chunk's host build, then one layer's pieces for fp16 / turbo:4 / auto:5's Llama kinds (one-band pairs cal1:2,6, one-band keys with 8-bit affine values cal1:4,a8) at a 14K past (about 5 min)
+         timeout 200 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -11 "$O/check.log" | cut -c1-250
+         timeout ${LIMIT:-200} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error" "$O/prefill.log" | head -10 | cut -c1-300
+         timeout ${LIMIT2:-200} python3 bench/prefill_profile.py --skip-whole --layer-kv fp16 turbo:4 cal1:2,6 cal1:4,a8 > "$O/layer.log" 2>&1; grep -E "^\| |Error" "$O/layer.log" | cut -c1-300 ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 """Where a chunked prefill's time goes on a GPU, per cache scheme: the whole prompt chunk by chunk, and one layer's
 pieces at a given past (the cache's update of a chunk, its attention, and the attention's parts).
 
-    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--repeats 9] [--out DIR]
+    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--shape llama-3.2-1b] [--dtype float16] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--layer-kv fp16 cal1:2,6 cal1:4,a8] [--repeats 9] [--out DIR]
 
 A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PREFILL_PAIR = False`: the route before
 `decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
@@ -25,7 +25,7 @@ import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq import make_prompt_cache
-from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme
+from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, bench_calibration, planned_labels
 from mlx_kvq.integrate import install
 from mlx_kvq import attention as A, packing as PK
 from mlx_kvq.turbo_codec import TurboCodec
@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from knobs import apply_knobs
 from mlx_kvq.packing import decode_turbo_pair, decode_affine_pair
 from mlx_kvq.codecs import AffineCodec
+from mlx_kvq.qcache import CodecKVCache
+from mlx_kvq.calibrated import uncentre
 
 
 def route(kv):
@@ -57,15 +59,20 @@ def timed(fn, repeats):
 def whole(model, kv, T, C):
     kv = route(kv)
     prompt = mx.random.randint(0, 1000, (1, T))
-    warm = make_prompt_cache(model, kv=kv)
+    calib = bench_calibration(model, [kv], None, 0)[0]   # auto:B: planned as `mlx-kvq bench` plans it (seeded random token ids)
+    warm = bench_caches(model, _bench_scheme(kv), **calib)
     for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
+    labels = planned_labels(warm)
     del warm; mx.clear_cache(); mx.reset_peak_memory()
-    cache = make_prompt_cache(model, kv=kv)
-    per = []
+    cache = bench_caches(model, _bench_scheme(kv), **calib)
+    if labels: print(f"{kv} planned: {labels}", flush=True)
+    per, build = [], []
     for s in range(0, T, C):
         t = time.perf_counter()
-        y = model(prompt[:, s:s + C], cache=cache); mx.eval(y, [c.state for c in cache]); mx.synchronize()
-        per.append(1e3 * (time.perf_counter() - t))
+        y = model(prompt[:, s:s + C], cache=cache); b = time.perf_counter()
+        mx.eval(y, [c.state for c in cache]); mx.synchronize()
+        per.append(1e3 * (time.perf_counter() - t)); build.append(1e3 * (b - t))
+    print(f"{kv}: host build ms per chunk " + " ".join(f"{x:.1f}" for x in build), flush=True)
     return per, mx.get_peak_memory() / 1e9
 
 
@@ -75,9 +82,22 @@ def arrays(c):
     return [x for x in (st_ if isinstance(st_, (list, tuple)) else st_.values()) if isinstance(x, mx.array)]
 
 
+def layer_cache(model, kv):
+    """One layer's cache: fp16 (mlx-lm's), a calibrated kind of `bench/calcodecs.py` at head dim 64 (`cal1:K,V` one band
+    a side, `cal:K,V` an outlier band a side, `cal1:K,a8` one-band keys with 8-bit affine values: the kinds `auto:5`
+    plans for this shape), or the first layer's cache of a bench scheme"""
+    if kv == 'fp16': return KVCache()
+    if kv.startswith('cal'):
+        from calcodecs import calibrated
+        kind, bits = kv.split(':'); kb, vb = bits.split(',')
+        return CodecKVCache(calibrated(int(kb), 0, 64, outliers=kind == 'cal'),
+                            AffineCodec(8) if vb == 'a8' else calibrated(int(vb), 1, 64, outliers=kind == 'cal'))
+    return bench_caches(model, _bench_scheme(kv), **bench_calibration(model, [kv], None, 0)[0])[0]
+
+
 def layer(model, kv, P, C, repeats):
     kv = route(kv)
-    c = KVCache() if kv == 'fp16' else bench_caches(model, _bench_scheme(kv))[0]
+    c = layer_cache(model, kv)
     mx.random.seed(1)
     for s in range(0, P, 4096):
         n = min(4096, P - s)
@@ -112,6 +132,14 @@ def layer(model, kv, P, C, repeats):
         res['attend'] = timed(lambda: mx.fast.scaled_dot_product_attention(q, ks, vs, scale=scale, mask='causal'), repeats)
         return res
     res['attend'] = timed(lambda: c.attend(q, ks, vs, scale=scale, mask='causal'), repeats)
+    if A._pair_prefill(q, ks, vs, scale, 'causal', None) is not None:
+        res['attend, pair route'] = timed(lambda: A._pair_prefill(q, ks, vs, scale, 'causal', None), repeats)
+        kt, vt = A._pair_side(ks.codec, 64), A._pair_side(vs.codec, 64)
+        if kt[2] is not None or kt[3] is not None:   # a calibrated pair: its launch in float32, then each side's centring undone
+            pairf = lambda: decode_turbo_pair((*ks.storage, *kt[:2]), (*vs.storage, *vt[:2]), ks.n_quantized, mx.float32)
+            res['past, both sides (decode_turbo_pair, float32)'] = timed(pairf, repeats)
+            K, V = pairf(); mx.eval(K, V)
+            res['uncentre, both sides'] = timed(lambda: [uncentre(K, *kt[2:], mx.float16), uncentre(V, *vt[2:], mx.float16)], repeats)
     if type(ks.codec) is TurboCodec and type(vs.codec) is TurboCodec:
         pair = lambda: decode_turbo_pair((*ks.storage, ks.codec.rotation, ks.codec.codebook), (*vs.storage, vs.codec.rotation, vs.codec.codebook), ks.n_quantized, mx.float16)
         res['past, both sides (decode_turbo_pair)'] = timed(pair, repeats)
@@ -144,11 +172,14 @@ def main():
     p.add_argument('--skip-whole', action='store_true')
     p.add_argument('--skip-layer', action='store_true', help='the whole model only')
     p.add_argument('--out')
+    p.add_argument('--layer-kv', nargs='+', default=None, help='the one-layer pass\'s caches, if not --kv\'s: also the calibrated kinds cal1:K,V, cal:K,V, cal1:K,a8 (`layer_cache`)')
+    p.add_argument('--shape', default='llama-3.2-1b', help='the whole model pass: a named shape of random weights (the layer pass keeps Llama-3.2-1B\'s attention shape)')
+    p.add_argument('--dtype', default='float16', choices=['float16', 'float32'])
     a = p.parse_args()
     knobs = apply_knobs()
     install()
-    model = shape_model('llama-3.2-1b', mx.float16)
-    head = (f"# prefill profile: llama-3.2-1b shape (random weights, float16), {a.tokens} tokens in chunks of {a.chunk}; "
+    model = shape_model(a.shape, getattr(mx, a.dtype))
+    head = (f"# prefill profile: {a.shape} shape (random weights, {a.dtype}), {a.tokens} tokens in chunks of {a.chunk}; "
             f"{platform.system()} {platform.machine()}, MLX {mx.__version__}, {mx.default_device()}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}" + (f"; knobs {' '.join(knobs)}" if knobs else ""))
     lines, rec = [head], {}
@@ -165,7 +196,7 @@ def main():
             print(lines[-1], flush=True)
     P = a.tokens - a.chunk
     rows = {}
-    for kv in ([] if a.skip_layer else a.kv):
+    for kv in ([] if a.skip_layer else a.layer_kv or a.kv):
         if kv not in rows: rows[kv] = layer(model, kv, P, a.chunk, a.repeats)
     if rows:
         lines.append(f"\n## One layer, past {P} tokens + a chunk of {a.chunk}: ms (median of {a.repeats})\n")

@@ -14,7 +14,7 @@ import mlx.core as mx
 from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, _scaled, _pairs, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
-from .calibrated import HalfCodec, CalibratedTurboCodec, _cal_bands, _cal_consts
+from .calibrated import HalfCodec, CalibratedTurboCodec, _cal_bands, _cal_consts, uncentre
 from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header, _qmap_threads
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
@@ -309,30 +309,45 @@ def _prefill_sdpa(queries, keys, values, scale, mask, sinks):
     k, v = keys.dequantize(queries.dtype), values.dequantize(queries.dtype)
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask, sinks=sinks)
 
-PREFILL_PAIR = True   # CUDA: several query tokens over two turbo or two affine sides take `_pair_prefill` (False, benches only: `_prefill_sdpa`, the route before it)
+PREFILL_PAIR = True   # CUDA: several query tokens over two turbo-like (turbo or one-band calibrated) or two affine sides take `_pair_prefill` (False, benches only: `_prefill_sdpa`, the route before it)
 
 def _exact_len(x): return 0 if x is None else x.shape[-2]
 
+def _pair_side(codec, D):
+    """(rotation, codebook, mean, scale) of a side `decode_turbo_pair` decodes at head dim D: a `TurboCodec` (no mean or
+    scale), or a `CalibratedTurboCodec` of one band (what `auto:B` labels tqBcs: the band's rotation and codebook, its
+    centring and per-channel scales applied after the launch as its `decode` applies them); None for any other side"""
+    if type(codec) is TurboCodec: return (codec.rotation, codec.codebook, None, None) if codec.dim == D else None
+    if type(codec) is CalibratedTurboCodec and codec.outliers is None and codec.dim in (None, D):
+        mean, scale, bands, _ = codec._arrays(D)
+        return bands[0][3], bands[0][4], mean, scale
+    return None
+
 def _pair_prefill(queries, keys, values, scale, mask, sinks):
-    """Several query tokens over two turbo or two affine sides on CUDA: both sides' held tokens decoded to the model's
+    """Several query tokens over two turbo-like or two affine sides on CUDA: both sides' held tokens decoded to the model's
     space in one launch (`decode_turbo_pair` / `decode_affine_pair`: the storages read in place), the exact segments
-    joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. None where it does not
-    apply (the general path takes the call and names any error)"""
+    joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. Turbo-like: a turbo
+    side, or a calibrated side of one band (`_pair_side`), whose launch decodes in float32 before its centring and
+    scales are undone (`calibrated.uncentre`, one fused operation a side). None where it does not apply (the general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
-    kind, D = type(kc), queries.shape[-1]
-    if (kind is not type(vc) or kind not in (TurboCodec, AffineCodec) or not n or n != values.n_quantized
+    D = queries.shape[-1]
+    kt = _pair_side(kc, D) if len(keys.storage) == 2 else None
+    vt = _pair_side(vc, _value_dim(values, D)) if kt is not None and len(values.storage) == 2 else None
+    kind = 'turbo' if vt is not None else type(kc) if type(kc) is type(vc) is AffineCodec else None
+    if (kind is None or not n or n != values.n_quantized
             or _exact_len(keys.head) != _exact_len(values.head) or _exact_len(keys.tail) != _exact_len(values.tail)
             or queries.shape[1] % keys.storage[0].shape[1]): return None
     ks, vs = keys.storage, values.storage
-    if kind is TurboCodec:
-        if len(ks) != 2 or len(vs) != 2 or kc.dim != D: return None
-        dk, dv = kc.dim, vc.dim
+    if kind == 'turbo': dk, dv = kt[0].dim, vt[0].dim
     else:
         if len(ks) != 3 or len(vs) != 3 or ks[0].shape[-1] * 32 != D * kc.bits: return None
         dk, dv = D, vs[0].shape[-1] * 32 // vc.bits
     B, H = ks[0].shape[:2]
     if B * H * (_exact_len(keys.head) + n + _exact_len(keys.tail)) * (dk + dv) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
-    if kind is TurboCodec: k, v = decode_turbo_pair((*ks, kc.rotation, kc.codebook), (*vs, vc.rotation, vc.codebook), n, queries.dtype)
+    if kind == 'turbo':
+        cal = kt[2] is not None or kt[3] is not None or vt[2] is not None or vt[3] is not None
+        k, v = decode_turbo_pair((*ks, *kt[:2]), (*vs, *vt[:2]), n, mx.float32 if cal else queries.dtype)
+        if cal: k, v = uncentre(k, *kt[2:], queries.dtype), uncentre(v, *vt[2:], queries.dtype)
     else: k, v = decode_affine_pair((*ks, kc.bits, kc.group_size), (*vs, vc.bits, vc.group_size), n, queries.dtype)
     if _exact_len(keys.head) or _exact_len(keys.tail):
         k = mx.concatenate([x.astype(queries.dtype) for x in (keys.head, k, keys.tail) if x is not None and x.shape[-2]], axis=-2)

@@ -290,20 +290,24 @@ def test_decode_affine_pair_refuses_bad_input():
         P.decode_affine_pair(k, tuple(a[:1] if isinstance(a, mx.array) else a for a in v), 3, mx.float16)
 
 
-@pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 5)])
+@pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 5),
+                                       ('cal1:3,4', 0), ('cal1:2,6', 5), ('cal1:4,4', 0)])
 def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
     one emulated launch of `decode_turbo_pair` / `decode_affine_pair`, exact window tokens joined, fused SDPA) agrees with
-    `codec_attention`; the previous route (`PREFILL_PAIR = False`) gives the same"""
+    `codec_attention`; the previous route (`PREFILL_PAIR = False`) gives the same. `cal1:K,V`: calibrated codecs of one
+    band a side (`auto:B`'s tqBcs, means drawn at sd 0.3, per-channel scales), decoded by the turbo pair launch in
+    float32 and then scaled back and re-centred (`calibrated.uncentre`)"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.codecs import codec_attention, AffineCodec
     monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
     name, bits = kv.split(':')
     kb, _, vb = bits.partition(',')
-    turbo = name == 'turbo'
-    cache = (CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window) if turbo
-             else CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)), window=window))
+    turbo = name in ('turbo', 'cal1')
+    if name == 'cal1': cache = CodecKVCache(E.calibrated(int(kb), 0, 64, outliers=False), E.calibrated(int(vb), 1, 64, outliers=False), window=window)
+    else: cache = (CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window) if turbo
+                   else CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)), window=window))
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
     cache.update_and_fetch(h(40, 1), h(40, 2))
     ks, vs = cache.update_and_fetch(h(8, 3), h(8, 4))
@@ -323,6 +327,30 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     old = A.attend(q, ks, vs, scale=0.125, mask='causal')
     assert len(calls) == 1 and mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
 
+
+
+@pytest.mark.parametrize('kv', ['cal:3,4', 'cal1:3/affine8'])
+def test_pair_prefill_leaves_other_calibrated_pairs(emulated, monkeypatch, kv):
+    """Calibrated sides the pair launch cannot decode (an outlier band: two bands a side; keys with affine values, as
+    `auto:5` pairs some layers) take `_prefill_sdpa` (each side's own decode), not `decode_turbo_pair`, and agree with
+    `codec_attention`"""
+    from mlx_kvq import attention as A
+    from mlx_kvq.qcache import CodecKVCache
+    from mlx_kvq.codecs import codec_attention, AffineCodec
+    monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
+    kc = E.calibrated(3, 0, 64, outliers=kv == 'cal:3,4')
+    vc = E.calibrated(4, 1, 64) if kv == 'cal:3,4' else AffineCodec(8)
+    cache = CodecKVCache(kc, vc)
+    h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
+    cache.update_and_fetch(h(40, 1), h(40, 2))
+    ks, vs = cache.update_and_fetch(h(8, 3), h(8, 4))
+    q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
+    calls = []
+    monkeypatch.setattr(A, 'decode_turbo_pair', lambda *a: calls.append(a))
+    assert A._pair_prefill(q, ks, vs, 0.125, 'causal', None) is None and not calls
+    got = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
+    assert not calls and got.dtype == mx.float16 and mx.abs(got.astype(mx.float32) - ref).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
 
 def _append_case(bits, dim, dtype, prev=7, cap_old=12, n=5, cap=16):
     "Old storages (capacity cap_old holding `prev` tokens) of a turbo pair, an update of n tokens, and the append's arguments"
