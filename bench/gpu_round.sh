@@ -567,6 +567,10 @@ case $part in
          timeout 200 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -11 "$O/check.log" | cut -c1-250
          timeout ${LIMIT:-200} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error" "$O/prefill.log" | head -10 | cut -c1-300
          timeout ${LIMIT2:-200} python3 bench/prefill_profile.py --skip-whole --layer-kv fp16 turbo:4 cal1:2,6 cal1:4,a8 > "$O/layer.log" 2>&1; grep -E "^\| |Error" "$O/layer.log" | cut -c1-300 ;;
+  calprefill3) # after calprefill2: shared codecs across a plan's caches (`recipe.shared_codec`: the first chunk no longer builds every codec's constants again) and one-band calibrated keys beside affine values by the pair launch over the keys (`_side_alone`); the checks, the 16K prefill twice (fp16 first and last), one layer's pieces (about 6 min)
+         timeout 200 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -15 "$O/check.log" | cut -c1-250
+         timeout ${LIMIT:-250} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 auto:5 fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error" "$O/prefill.log" | head -12 | cut -c1-300
+         timeout ${LIMIT2:-150} python3 bench/prefill_profile.py --skip-whole --layer-kv fp16 turbo:4 cal1:2,6 cal1:4,a8 > "$O/layer.log" 2>&1; grep -E "^\| |Error" "$O/layer.log" | cut -c1-300 ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

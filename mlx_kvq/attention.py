@@ -323,32 +323,41 @@ def _pair_side(codec, D):
         return bands[0][3], bands[0][4], mean, scale
     return None
 
+def _side_alone(parts, t, codec, n, dtype):
+    """One side's first n held tokens in the model's space and `dtype`, beside a side of the other kind: a turbo-like side
+    (`t` from `_pair_side`) by the pair launch over itself on both sides (its first output: one launch that reads this
+    side twice, where its codec's own decode took five operations), an affine side by its codec's decode"""
+    if t is None: return codec.decode(tuple(p[..., :n, :] for p in parts), dtype)
+    cal = t[2] is not None or t[3] is not None
+    y = decode_turbo_pair((*parts, *t[:2]), (*parts, *t[:2]), n, mx.float32 if cal else dtype)[0]
+    return uncentre(y, *t[2:], dtype) if cal else y
+
 def _pair_prefill(queries, keys, values, scale, mask, sinks):
     """Several query tokens over two turbo-like or two affine sides on CUDA: both sides' held tokens decoded to the model's
     space in one launch (`decode_turbo_pair` / `decode_affine_pair`: the storages read in place), the exact segments
     joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. Turbo-like: a turbo
     side, or a calibrated side of one band (`_pair_side`), whose launch decodes in float32 before its centring and
-    scales are undone (`calibrated.uncentre`, one fused operation a side). None where it does not apply (the general path takes the call and names any error)"""
+    scales are undone (`calibrated.uncentre`, one fused operation a side). A turbo-like side beside an affine one
+    (`auto:B`'s calibrated keys with 8-bit affine values) takes `_side_alone` a side. None where it does not apply (the
+    general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
     D = queries.shape[-1]
-    kt = _pair_side(kc, D) if len(keys.storage) == 2 else None
-    vt = _pair_side(vc, _value_dim(values, D)) if kt is not None and len(values.storage) == 2 else None
-    kind = 'turbo' if vt is not None else type(kc) if type(kc) is type(vc) is AffineCodec else None
-    if (kind is None or not n or n != values.n_quantized
-            or _exact_len(keys.head) != _exact_len(values.head) or _exact_len(keys.tail) != _exact_len(values.tail)
-            or queries.shape[1] % keys.storage[0].shape[1]): return None
     ks, vs = keys.storage, values.storage
-    if kind == 'turbo': dk, dv = kt[0].dim, vt[0].dim
-    else:
-        if len(ks) != 3 or len(vs) != 3 or ks[0].shape[-1] * 32 != D * kc.bits: return None
-        dk, dv = D, vs[0].shape[-1] * 32 // vc.bits
+    kt = _pair_side(kc, D) if len(ks) == 2 else None
+    vt = _pair_side(vc, _value_dim(values, D)) if len(vs) == 2 else None
+    ka, va = type(kc) is AffineCodec and len(ks) == 3, type(vc) is AffineCodec and len(vs) == 3
+    if (not (kt or ka) or not (vt or va) or not n or n != values.n_quantized
+            or _exact_len(keys.head) != _exact_len(values.head) or _exact_len(keys.tail) != _exact_len(values.tail)
+            or queries.shape[1] % ks[0].shape[1] or ka and ks[0].shape[-1] * 32 != D * kc.bits): return None
+    dk, dv = kt[0].dim if kt else D, vt[0].dim if vt else vs[0].shape[-1] * 32 // vc.bits
     B, H = ks[0].shape[:2]
     if B * H * (_exact_len(keys.head) + n + _exact_len(keys.tail)) * (dk + dv) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
-    if kind == 'turbo':
+    if kt and vt:
         cal = kt[2] is not None or kt[3] is not None or vt[2] is not None or vt[3] is not None
         k, v = decode_turbo_pair((*ks, *kt[:2]), (*vs, *vt[:2]), n, mx.float32 if cal else queries.dtype)
         if cal: k, v = uncentre(k, *kt[2:], queries.dtype), uncentre(v, *vt[2:], queries.dtype)
-    else: k, v = decode_affine_pair((*ks, kc.bits, kc.group_size), (*vs, vc.bits, vc.group_size), n, queries.dtype)
+    elif ka and va: k, v = decode_affine_pair((*ks, kc.bits, kc.group_size), (*vs, vc.bits, vc.group_size), n, queries.dtype)
+    else: k, v = _side_alone(ks, kt, kc, n, queries.dtype), _side_alone(vs, vt, vc, n, queries.dtype)
     if _exact_len(keys.head) or _exact_len(keys.tail):
         k = mx.concatenate([x.astype(queries.dtype) for x in (keys.head, k, keys.tail) if x is not None and x.shape[-2]], axis=-2)
         v = mx.concatenate([x.astype(queries.dtype) for x in (values.head, v, values.tail) if x is not None and x.shape[-2]], axis=-2)

@@ -31,7 +31,7 @@ from .eval import (passkey_prompt, greedy_continue, passkey_answer, _encode, bit
 __all__ = ['RECIPE_VERSION', 'ensure_dispatch', 'StatsCache', 'plain_kv_layers', 'LayerStats', 'kv_statistics', 'side_weights',
            'calibrated_codec', 'side_error', 'Reference', 'reference', 'caches_key', 'score_caches', 'summarize',
            'kv_layers', 'plan_of', 'probe', 'candidate_codecs', 'Plan', 'calibration_text', 'docstring_text',
-           'text_tokens', 'default_store', 'plan', 'make_planned_cache']
+           'text_tokens', 'default_store', 'plan', 'shared_codec', 'make_planned_cache']
 
 # %% ../nbs/12_recipe.ipynb #451f54fb
 def ensure_dispatch():
@@ -467,8 +467,23 @@ def plan(model, budget=None, calib_tokens=None, *, nbytes=None, context=2048, pr
     return Plan(float(budget if budget is not None else 8 * nbytes / total_values), int(context), out, int(sink), int(window),
                 8 * used / total_values, pred, probe_result, _fingerprint(model))
 
+_SHARED_CODECS = {}
+def shared_codec(cfg: dict) -> Codec:
+    """The codec of config `cfg`, one object per distinct config in this process (`Codec.from_config` the first time):
+    the caches of one plan, made again for every prompt, share their codecs, so what a codec builds once (its device
+    constants, kernel launches, attention plans, all kept on the object) is built once per process, not once per cache.
+    A codec holds no per-cache state, so sharing one changes no result; a config that leaves something to be fixed on
+    first use (a turbo codec's head dim, an fp16 codec's item size: `None` in the config) gets its own object each time"""
+    if cfg.get('dim', 0) is None or cfg.get('itemsize', 0) is None: return Codec.from_config(cfg)
+    key = json.dumps(cfg, sort_keys=True)
+    got = _SHARED_CODECS.get(key)
+    if got is None:
+        if len(_SHARED_CODECS) > 4096: _SHARED_CODECS.clear()
+        got = _SHARED_CODECS[key] = Codec.from_config(cfg)
+    return got
+
 def make_planned_cache(model, plan: Plan) -> list:
-    "The model's prompt cache with every planned layer converted as `plan` says (a list mlx-lm's generate takes)"
+    "The model's prompt cache with every planned layer converted as `plan` says (a list mlx-lm's generate takes); its codecs shared with earlier caches of the same configs (`shared_codec`)"
     if isinstance(plan, str): plan = Plan.from_json(plan)
     fp = _fingerprint(model)
     if plan.model is not None and plan.model != fp:
@@ -478,7 +493,7 @@ def make_planned_cache(model, plan: Plan) -> list:
     for l, e in plan.layers.items():
         if not 0 <= l < len(caches): raise ValueError(f"the plan names layer {l}; this model has {len(caches)}")
         carry = js if type(caches[l]) is lm_cache.KVCache else None
-        caches[l] = planned_layer_cache(caches[l], Codec.from_config(e['keys']), Codec.from_config(e['values']),
+        caches[l] = planned_layer_cache(caches[l], shared_codec(e['keys']), shared_codec(e['values']),
                                         sink=plan.sink, window=plan.window, plan=carry, layer=l)
         if carry: js = None        # the first full-attention layer carries the plan; the codecs are in every layer's state
     return caches

@@ -291,13 +291,14 @@ def test_decode_affine_pair_refuses_bad_input():
 
 
 @pytest.mark.parametrize('kv,window', [('turbo:4', 0), ('turbo:3,2', 0), ('turbo:4', 5), ('affine:4', 0), ('affine:8,4', 0), ('affine:4', 5),
-                                       ('cal1:3,4', 0), ('cal1:2,6', 5), ('cal1:4,4', 0)])
+                                       ('cal1:3,4', 0), ('cal1:2,6', 5), ('cal1:4,4', 0), ('cal1:3,a8', 0), ('cal1:4,a8', 5)])
 def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
     one emulated launch of `decode_turbo_pair` / `decode_affine_pair`, exact window tokens joined, fused SDPA) agrees with
     `codec_attention`; the previous route (`PREFILL_PAIR = False`) gives the same. `cal1:K,V`: calibrated codecs of one
     band a side (`auto:B`'s tqBcs, means drawn at sd 0.3, per-channel scales), decoded by the turbo pair launch in
-    float32 and then scaled back and re-centred (`calibrated.uncentre`)"""
+    float32 and then scaled back and re-centred (`calibrated.uncentre`); `cal1:K,a8`: such keys beside 8-bit affine
+    values (`auto:5`'s other Llama layers), the keys by the pair launch over themselves (`_side_alone`)"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.codecs import codec_attention, AffineCodec
@@ -305,7 +306,7 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     name, bits = kv.split(':')
     kb, _, vb = bits.partition(',')
     turbo = name in ('turbo', 'cal1')
-    if name == 'cal1': cache = CodecKVCache(E.calibrated(int(kb), 0, 64, outliers=False), E.calibrated(int(vb), 1, 64, outliers=False), window=window)
+    if name == 'cal1': cache = CodecKVCache(E.calibrated(int(kb), 0, 64, outliers=False), AffineCodec(8) if vb == 'a8' else E.calibrated(int(vb), 1, 64, outliers=False), window=window)
     else: cache = (CodecKVCache(TurboCodec(int(kb)), TurboCodec(int(vb or kb), seed=1), window=window) if turbo
                    else CodecKVCache(AffineCodec(int(kb)), AffineCodec(int(vb or kb)), window=window))
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
@@ -329,16 +330,16 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
 
 
 
-@pytest.mark.parametrize('kv', ['cal:3,4', 'cal1:3/affine8'])
+@pytest.mark.parametrize('kv', ['cal:3,4', 'cal:3,a8'])
 def test_pair_prefill_leaves_other_calibrated_pairs(emulated, monkeypatch, kv):
-    """Calibrated sides the pair launch cannot decode (an outlier band: two bands a side; keys with affine values, as
-    `auto:5` pairs some layers) take `_prefill_sdpa` (each side's own decode), not `decode_turbo_pair`, and agree with
-    `codec_attention`"""
+    """Calibrated sides the pair launch cannot decode (an outlier band: two bands a side, here beside another such side
+    or beside 8-bit affine values) take `_prefill_sdpa` (each side's own decode), not `decode_turbo_pair`, and agree
+    with `codec_attention`"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.codecs import codec_attention, AffineCodec
     monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
-    kc = E.calibrated(3, 0, 64, outliers=kv == 'cal:3,4')
+    kc = E.calibrated(3, 0, 64)
     vc = E.calibrated(4, 1, 64) if kv == 'cal:3,4' else AffineCodec(8)
     cache = CodecKVCache(kc, vc)
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
