@@ -135,7 +135,7 @@ def layer(model, kv, P, C, repeats):
     if A._pair_prefill(q, ks, vs, scale, 'causal', None) is not None:
         res['attend, pair route'] = timed(lambda: A._pair_prefill(q, ks, vs, scale, 'causal', None), repeats)
         kt, vt = A._pair_side(ks.codec, 64), A._pair_side(vs.codec, 64)
-        if kt[2] is not None or kt[3] is not None:   # a calibrated pair: its launch in float32, then each side's centring undone
+        if kt is not None and vt is not None and (kt[2] is not None or kt[3] is not None):   # a calibrated pair: its launch in float32, then each side's centring undone
             pairf = lambda: decode_turbo_pair((*ks.storage, *kt[:2]), (*vs.storage, *vt[:2]), ks.n_quantized, mx.float32)
             res['past, both sides (decode_turbo_pair, float32)'] = timed(pairf, repeats)
             K, V = pairf(); mx.eval(K, V)
