@@ -571,6 +571,9 @@ case $part in
          timeout 200 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -15 "$O/check.log" | cut -c1-250
          timeout ${LIMIT:-250} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 auto:5 fp16 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error" "$O/prefill.log" | head -12 | cut -c1-300
          timeout ${LIMIT2:-150} python3 bench/prefill_profile.py --skip-whole --layer-kv fp16 turbo:4 cal1:2,6 cal1:4,a8 > "$O/layer.log" 2>&1; grep -E "^\| |Error" "$O/layer.log" | cut -c1-300 ;;
+  gemmaprefill) # after calprefill3: the 16K prefill on Gemma 3 1B's and 270M's shapes (outlier bands, sliding-window rings), fp16 first and last, each chunk's host build (about 5 min)
+         for sh in gemma-3-1b gemma-3-270m; do timeout ${LIMIT:-170} python3 bench/prefill_profile.py --shape $sh --kv fp16 auto:5 turbo:4 fp16 --skip-layer > "$O/$sh.log" 2>&1
+           echo "== $sh"; grep -E "^\| [a-z]|host build|Error" "$O/$sh.log" | head -8 | cut -c1-300; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
