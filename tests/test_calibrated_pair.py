@@ -199,3 +199,22 @@ def test_a_calibrated_side_beside_another_kind_takes_one_launch(emulated, monkey
             assert x.shape == y.shape and x.dtype == y.dtype and mx.array_equal(x, y)
     assert launches == [5, 1, 1, 1]                            # the keys of every update by one launch, none for the slow cache
     assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, k, kc, k)] is True
+
+
+@pytest.mark.parametrize('bits,D,outl,centred', [(1, 64, 0, True), (2, 64, 0, True), (3, 128, 16, True), (4, 96, 0, False),
+                                                 (5, 256, 32, True), (6, 80, 8, True), (7, 64, 0, True), (8, 128, 0, True)])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_decode_is_the_reference_arithmetic(bits, D, outl, centred, dtype):
+    """`CalibratedTurboCodec.decode` (each band through `packing.dequantize_unpack`, the centring undone by the fused
+    `calibrated.uncentre`) is bit for bit the reference arithmetic: the reference unpack, centroid * gamma in float32,
+    the inverse rotation, the bands put back in channel order, / scale, + mean, then the cast"""
+    from mlx_kvq.packing import unpack_ref
+    c = _codec(bits, D, outl, bits, centred)
+    parts = c.encode(_x((2, 3, 41, D), mx.float32, bits))
+    mean, scale, bands, order = c._arrays(D)
+    ys = [rot.inverse(cb.centroids_mx[unpack_ref(w, b, n)] * g.astype(mx.float32)) for (_, n, b, rot, cb), w, g in zip(bands, parts[0::2], parts[1::2])]
+    y = ys[0] if len(ys) == 1 else mx.take(mx.concatenate(ys, axis=-1), order, axis=-1)
+    if scale is not None: y = y / scale
+    if mean is not None: y = y + mean
+    got = c.decode(parts, dtype)
+    assert got.dtype == dtype and mx.array_equal(got, y.astype(dtype)).item()
