@@ -574,6 +574,9 @@ case $part in
   gemmaprefill) # after calprefill3: the 16K prefill on Gemma 3 1B's and 270M's shapes (outlier bands, sliding-window rings), fp16 first and last, each chunk's host build (about 5 min)
          for sh in gemma-3-1b gemma-3-270m; do timeout ${LIMIT:-170} python3 bench/prefill_profile.py --shape $sh --kv fp16 auto:5 turbo:4 fp16 --skip-layer > "$O/$sh.log" 2>&1
            echo "== $sh"; grep -E "^\| [a-z]|host build|Error" "$O/$sh.log" | head -8 | cut -c1-300; done ;;
+  calprefill4) # after calprefill3: a calibrated side's scales and mean undone inside the pair decode launch (`_DP_SIDE`'s CAL), no second pass; the checks (cut at 100 s), then the 16K prefill, fp16 / auto:5 twice each, alternating (about 4 min)
+         timeout 100 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -15 "$O/check.log" | cut -c1-250
+         timeout ${LIMIT:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 fp16 auto:5 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error|Warning" "$O/prefill.log" | head -12 | cut -c1-300 ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

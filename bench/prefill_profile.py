@@ -24,7 +24,6 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlx_kvq import make_prompt_cache
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, bench_calibration, planned_labels
 from mlx_kvq.integrate import install
 from mlx_kvq import attention as A, packing as PK
@@ -36,7 +35,6 @@ from knobs import apply_knobs
 from mlx_kvq.packing import decode_turbo_pair, decode_affine_pair
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
-from mlx_kvq.calibrated import uncentre
 
 
 def route(kv):
@@ -135,11 +133,8 @@ def layer(model, kv, P, C, repeats):
     if A._pair_prefill(q, ks, vs, scale, 'causal', None) is not None:
         res['attend, pair route'] = timed(lambda: A._pair_prefill(q, ks, vs, scale, 'causal', None), repeats)
         kt, vt = A._pair_side(ks.codec, 64), A._pair_side(vs.codec, 64)
-        if kt is not None and vt is not None and (kt[2] is not None or kt[3] is not None):   # a calibrated pair: its launch in float32, then each side's centring undone
-            pairf = lambda: decode_turbo_pair((*ks.storage, *kt[:2]), (*vs.storage, *vt[:2]), ks.n_quantized, mx.float32)
-            res['past, both sides (decode_turbo_pair, float32)'] = timed(pairf, repeats)
-            K, V = pairf(); mx.eval(K, V)
-            res['uncentre, both sides'] = timed(lambda: [uncentre(K, *kt[2:], mx.float16), uncentre(V, *vt[2:], mx.float16)], repeats)
+        if kt is not None and vt is not None and (kt[2] is not None or kt[3] is not None):   # a calibrated pair: one launch, its scales and mean undone in it
+            res['past, both sides (decode_turbo_pair, calibrated)'] = timed(lambda: decode_turbo_pair((*ks.storage, *kt), (*vs.storage, *vt), ks.n_quantized, mx.float16), repeats)
     if type(ks.codec) is TurboCodec and type(vs.codec) is TurboCodec:
         pair = lambda: decode_turbo_pair((*ks.storage, ks.codec.rotation, ks.codec.codebook), (*vs.storage, vs.codec.rotation, vs.codec.codebook), ks.n_quantized, mx.float16)
         res['past, both sides (decode_turbo_pair)'] = timed(pair, repeats)

@@ -14,7 +14,7 @@ import mlx.core as mx
 from .packing import GuardedKernel, kernel_backend, lookup_decode, device_constant, _signs_of, _scaled, _pairs, make_kernel, rotate_rows, decode_rotated_storage, decode_turbo_pair, decode_affine_pair
 from .codecs import Fp16Codec, AffineCodec, CachedSide, codec_attention, attention_layout, _gqa_mask
 from .turbo_codec import TurboCodec
-from .calibrated import HalfCodec, CalibratedTurboCodec, _cal_bands, _cal_consts, uncentre
+from .calibrated import HalfCodec, CalibratedTurboCodec, _cal_bands, _cal_consts
 from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decode_source, _combine_source, _shared_bytes, _chunk, _variant, _fits, _combine_threads, _grid_x, _uses_mma, _kernel_header, _qmap_threads
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
@@ -316,11 +316,15 @@ def _exact_len(x): return 0 if x is None else x.shape[-2]
 def _pair_side(codec, D):
     """(rotation, codebook, mean, scale) of a side `decode_turbo_pair` decodes at head dim D: a `TurboCodec` (no mean or
     scale), or a `CalibratedTurboCodec` of one band (what `auto:B` labels tqBcs: the band's rotation and codebook, its
-    centring and per-channel scales applied after the launch as its `decode` applies them); None for any other side"""
+    per-channel scales and mean, which the launch undoes as its `decode` does); None for any other side"""
     if type(codec) is TurboCodec: return (codec.rotation, codec.codebook, None, None) if codec.dim == D else None
     if type(codec) is CalibratedTurboCodec and codec.outliers is None and codec.dim in (None, D):
-        mean, scale, bands, _ = codec._arrays(D)
-        return bands[0][3], bands[0][4], mean, scale
+        got = codec.__dict__.setdefault('_pair_sides', {}).get(D)
+        if got is None:   # the mean and scales as device constants (`packing.device_constant`), made once per codec and dim
+            mean, scale, bands, _ = codec._arrays(D)
+            const = lambda x: None if x is None else device_constant(np.asarray(x, np.float32), keep_length=True)
+            got = codec._pair_sides[D] = (bands[0][3], bands[0][4], const(mean), const(scale))
+        return got
     return None
 
 def _side_alone(parts, t, codec, n, dtype):
@@ -328,16 +332,13 @@ def _side_alone(parts, t, codec, n, dtype):
     (`t` from `_pair_side`) by the pair launch over itself on both sides (its first output: one launch that reads this
     side twice, where its codec's own decode took five operations), an affine side by its codec's decode"""
     if t is None: return codec.decode(tuple(p[..., :n, :] for p in parts), dtype)
-    cal = t[2] is not None or t[3] is not None
-    y = decode_turbo_pair((*parts, *t[:2]), (*parts, *t[:2]), n, mx.float32 if cal else dtype)[0]
-    return uncentre(y, *t[2:], dtype) if cal else y
+    return decode_turbo_pair((*parts, *t), (*parts, *t), n, dtype)[0]
 
 def _pair_prefill(queries, keys, values, scale, mask, sinks):
     """Several query tokens over two turbo-like or two affine sides on CUDA: both sides' held tokens decoded to the model's
     space in one launch (`decode_turbo_pair` / `decode_affine_pair`: the storages read in place), the exact segments
     joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. Turbo-like: a turbo
-    side, or a calibrated side of one band (`_pair_side`), whose launch decodes in float32 before its centring and
-    scales are undone (`calibrated.uncentre`, one fused operation a side). A turbo-like side beside an affine one
+    side, or a calibrated side of one band (`_pair_side`), whose scales and mean the launch undoes too. A turbo-like side beside an affine one
     (`auto:B`'s calibrated keys with 8-bit affine values) takes `_side_alone` a side. None where it does not apply (the
     general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
@@ -352,10 +353,7 @@ def _pair_prefill(queries, keys, values, scale, mask, sinks):
     dk, dv = kt[0].dim if kt else D, vt[0].dim if vt else vs[0].shape[-1] * 32 // vc.bits
     B, H = ks[0].shape[:2]
     if B * H * (_exact_len(keys.head) + n + _exact_len(keys.tail)) * (dk + dv) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
-    if kt and vt:
-        cal = kt[2] is not None or kt[3] is not None or vt[2] is not None or vt[3] is not None
-        k, v = decode_turbo_pair((*ks, *kt[:2]), (*vs, *vt[:2]), n, mx.float32 if cal else queries.dtype)
-        if cal: k, v = uncentre(k, *kt[2:], queries.dtype), uncentre(v, *vt[2:], queries.dtype)
+    if kt and vt: k, v = decode_turbo_pair((*ks, *kt), (*vs, *vt), n, queries.dtype)
     elif ka and va: k, v = decode_affine_pair((*ks, kc.bits, kc.group_size), (*vs, vc.bits, vc.group_size), n, queries.dtype)
     else: k, v = _side_alone(ks, kt, kc, n, queries.dtype), _side_alone(vs, vt, vc, n, queries.dtype)
     if _exact_len(keys.head) or _exact_len(keys.tail):

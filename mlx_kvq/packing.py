@@ -822,10 +822,13 @@ _DP_SIDE = r"""
         }
 """ + _FWHT_CUDA.replace("m < 32", "m < L") + r"""        if (live) {
             T* out = o@ + r * N + lane * E;              // E neighbours, stored four at a time
+            for (int e = 0; e < E; ++e) {                // a calibrated side (CAL@): its scales undone and its mean added, as its codec's decode does
+                v[e] = v[e] * scale * g@[lane * E + e];
+                if (CAL@) v[e] = v[e] / s@[lane * E + e] + m@[lane * E + e];
+            }
             for (int e = 0; e < E; e += 4) {
                 KVQ_T4 q;
-                q.a = static_cast<T>(v[e] * scale * g@[lane * E + e]); q.b = static_cast<T>(v[e + 1] * scale * g@[lane * E + e + 1]);
-                q.c = static_cast<T>(v[e + 2] * scale * g@[lane * E + e + 2]); q.d = static_cast<T>(v[e + 3] * scale * g@[lane * E + e + 3]);
+                q.a = static_cast<T>(v[e]); q.b = static_cast<T>(v[e + 1]); q.c = static_cast<T>(v[e + 2]); q.d = static_cast<T>(v[e + 3]);
                 *reinterpret_cast<KVQ_T4*>(out + e) = q;
             }
         }
@@ -835,7 +838,7 @@ def _dp_side(x, cap, woff):
     "The turbo side `x` ('K' or 'V': inputs wk, nk, ck, gk, output ok, ...) of `_DP_CUDA`, its capacity at meta[cap], its first warp `woff`"
     y = x.lower()
     return (_DP_SIDE.replace("CAP", cap).replace("WOFF", woff).replace("w@", "w" + y).replace("n@", "n" + y).replace("c@", "c" + y)
-            .replace("g@", "g" + y).replace("o@", "o" + y).replace("@", x))
+            .replace("g@", "g" + y).replace("o@", "o" + y).replace("s@", "s" + y).replace("m@", "m" + y).replace("@", x))
 # both sides of a turbo layer's past decoded to the model's space in one launch: the first warps take key tokens (token t
 # of head bh), the next ones value tokens; each side's storage read in place (capacity meta[2] / meta[3] tokens per head)
 _DP_CUDA = r"""
@@ -851,14 +854,31 @@ _DP_CUDA = r"""
 _DPK = {}
 def _pair_decode_kernel():
     if "k" not in _DPK:
-        _DPK["k"] = make_kernel("cuda", "mlx_kvq_decode_turbo_pair", ["wk", "nk", "ck", "gk", "wv", "nv", "cv", "gv", "meta"], ["ok", "ov"], _DP_CUDA)
+        _DPK["k"] = make_kernel("cuda", "mlx_kvq_decode_turbo_pair", ["wk", "nk", "ck", "gk", "sk", "mk", "wv", "nv", "cv", "gv", "sv", "mv", "meta"], ["ok", "ov"], _DP_CUDA)
     return _DPK["k"]
 
 def _side_of(words, norms, rotation, codebook, n):
     "One side's first n held tokens in the original space, float32, by the reference route (slices, unpack, inverse rotation)"
     return rotation.inverse(dequantize_unpack_ref(words[..., :n, :], norms[..., :n, :], codebook, rotation.dim))
-def _dp_reference(k, v, n, dtype): return tuple(_side_of(*s, n).astype(dtype) for s in (k, v))
-def _dp_class(k, v, n, dtype): return tuple((s[2].dim, s[2].seed, s[3].bits, str(s[1].dtype)) for s in (k, v)) + (str(dtype),)
+_DP_FILLS = {}
+def _dp_fill(value, n):
+    "A float32 device constant of n copies of `value`, made once"
+    if (value, n) not in _DP_FILLS: _DP_FILLS[(value, n)] = device_constant(np.full(n, value, np.float32), keep_length=True)
+    return _DP_FILLS[(value, n)]
+
+def _calibration(s):
+    "(mean, scale) of a pair decode's side: its 5th and 6th entries (a calibrated side: float32 (dim,) arrays or None), else (None, None)"
+    return (s[4], s[5]) if len(s) == 6 else (None, None)
+
+def _uncentred_side(y, s, dtype):
+    "A side's decode `y` (float32) with its calibration undone (/ scale, + mean; `CalibratedTurboCodec.decode`'s order), cast"
+    mean, scale = _calibration(s)
+    if scale is not None: y = y / scale
+    if mean is not None: y = y + mean
+    return y.astype(dtype)
+
+def _dp_reference(k, v, n, dtype): return tuple(_uncentred_side(_side_of(*s[:4], n), s, dtype) for s in (k, v))
+def _dp_class(k, v, n, dtype): return tuple((s[2].dim, s[2].seed, s[3].bits, str(s[1].dtype), *(x is not None for x in _calibration(s))) for s in (k, v)) + (str(dtype),)
 def _dp_agree(out, ref, *args):
     if not isinstance(out, tuple) or len(out) != 2: return f"returned {type(out).__name__} instead of two sides"
     return _close_in_dtype(out[0], ref[0]) or _close_in_dtype(out[1], ref[1])
@@ -888,12 +908,17 @@ class _PairLaunch:
 
 def _dp_launch(k, v, dtype):
     "decode_turbo_pair's launch for sides k, v = (words, norms, rotation, codebook): warps of 32 / L tokens (L = min(32, N / 4) lanes per token)"
-    (wk, nk, rk, ck), (wv, nv, rv, cv) = k, v
+    (wk, nk, rk, ck), (wv, nv, rv, cv) = k[:4], v[:4]
     NK, NV = rk.dim, rv.dim
     tk, tv = 32 // min(32, NK // 4), 32 // min(32, NV // 4)
-    return _PairLaunch(objs=(rk, ck, rv, cv), kernel=_pair_decode_kernel(),
-                       consts=((_scaled(ck, NK, 'centroids'), _signs_of(rk)), (_scaled(cv, NV, 'centroids'), _signs_of(rv))),
-                       template=[("NK", NK), ("BK", ck.bits), ("WK", wk.shape[-1]), ("NV", NV), ("BV", cv.bits), ("WV", wv.shape[-1]), ("WARPS", _WARPS), ("T", dtype)],
+    (mk, sk), (mv, sv) = _calibration(k), _calibration(v)
+    def cal(m, s, N):   # (scales, mean) of a calibrated side, ones / zeros for the one it lacks; an uncalibrated side: placeholders the kernel never reads
+        if m is None and s is None: return _dp_fill(0.0, 1), _dp_fill(0.0, 1)
+        return (_dp_fill(1.0, N) if s is None else s), (_dp_fill(0.0, N) if m is None else m)
+    return _PairLaunch(objs=(rk, ck, mk, sk, rv, cv, mv, sv), kernel=_pair_decode_kernel(),
+                       consts=((_scaled(ck, NK, 'centroids'), _signs_of(rk), *cal(mk, sk, NK)), (_scaled(cv, NV, 'centroids'), _signs_of(rv), *cal(mv, sv, NV))),
+                       template=[("NK", NK), ("BK", ck.bits), ("WK", wk.shape[-1]), ("NV", NV), ("BV", cv.bits), ("WV", wv.shape[-1]), ("WARPS", _WARPS), ("T", dtype),
+                                 ("CALK", mk is not None or sk is not None), ("CALV", mv is not None or sv is not None)],
                        widths=(wk.shape[-1], wv.shape[-1]), scalars=(((1, nk.dtype),), ((1, nv.dtype),)), dims=(NK, NV), dtype=dtype,
                        threads=lambda rows: 32 * (-(-rows // tk) - (-rows // tv)), block=_WARPS * 32)
 
@@ -1011,23 +1036,30 @@ def decode_affine_pair(k, v, n, dtype):
 _DPGUARDS = {}
 def decode_turbo_pair(k, v, n, dtype):
     """The first `n` held tokens of both sides of a turbo layer, in the original (model's) space and `dtype`: `k` and `v`
-    are (words (B, H, capacity, W), norms (B, H, capacity, 1), rotation, codebook). What `TurboCodec.decode` gives for the
-    slices, cast. On CUDA, where both rotations are one sign-flipped Walsh-Hadamard block, one launch for both sides that
-    reads the storages in place (min(32, N / 4) lanes per token; verified on first use, then launched with nothing rebuilt);
-    elsewhere the slices decoded and rotated back."""
-    if type(k) is tuple and type(v) is tuple and len(k) == len(v) == 4:
-        got = _ready_pair("turbo", k[:2], v[:2], n, dtype, (*k[2:], *v[2:]))
+    are (words (B, H, capacity, W), norms (B, H, capacity, 1), rotation, codebook), or that and (mean, scale) for a
+    calibrated side of one band (float32 (dim,) arrays, either None: the band's decode divided by the scales, the mean
+    added, as `CalibratedTurboCodec.decode` does). What `TurboCodec.decode` gives for the slices, cast. On CUDA, where both
+    rotations are one sign-flipped Walsh-Hadamard block, one launch for both sides that reads the storages in place
+    (min(32, N / 4) lanes per token; verified on first use, then launched with nothing rebuilt); elsewhere the slices
+    decoded and rotated back."""
+    if type(k) is tuple and type(v) is tuple and len(k) in (4, 6) and len(v) in (4, 6):
+        got = _ready_pair("turbo", k[:2], v[:2], n, dtype, (*k[2:4], *_calibration(k), *v[2:4], *_calibration(v)))
         if got is not None: return got(k[:2], v[:2], n)
     for s, nm in ((k, "keys"), (v, "values")):
-        if not isinstance(s, (tuple, list)) or len(s) != 4: raise ValueError(f"decode_turbo_pair: {nm} must be (words, norms, rotation, codebook)")
+        if not isinstance(s, (tuple, list)) or len(s) not in (4, 6): raise ValueError(f"decode_turbo_pair: {nm} must be (words, norms, rotation, codebook) or that and (mean, scale)")
         _check_storage(s[0], s[1], f"decode_turbo_pair ({nm})")
         if packed_words(s[2].dim, s[3].bits) != s[0].shape[-1]:
             raise ValueError(f"decode_turbo_pair: {nm} words hold {s[0].shape[-1]} words per token, {s[2].dim} codes of {s[3].bits} bits take {packed_words(s[2].dim, s[3].bits)}")
+        for x, what in zip(_calibration(s), ("mean", "scale")):
+            if x is not None and not (isinstance(x, mx.array) and x.dtype == mx.float32 and x.shape == (s[2].dim,)):
+                raise ValueError(f"decode_turbo_pair: the {nm}' {what} must be None or a float32 array of shape ({s[2].dim},), got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     _check_pair("decode_turbo_pair", k, v, n)
     if (kernel_backend() != "cuda" or not _pairs(k[2], k[2].dim) or not _pairs(v[2], v[2].dim)
             or dtype not in (mx.float32, mx.float16, mx.bfloat16) or k[0].shape[0] * k[0].shape[1] * n >= 2 ** 30):
-        return tuple(rot.inverse(dequantize_unpack(w[..., :n, :], nm[..., :n, :], cb, rot.dim)).astype(dtype) for w, nm, rot, cb in (k, v))
-    return _guarded_pair("turbo", _DPGUARDS, "decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_launch, k, v, n, dtype, (*k[2:], *v[2:]))
+        return tuple(_uncentred_side(s[2].inverse(dequantize_unpack(s[0][..., :n, :], s[1][..., :n, :], s[3], s[2].dim)), s, dtype) for s in (k, v))
+    k, v = tuple(k), tuple(v)
+    k, v = (k if len(k) == 6 else k + (None, None)), (v if len(v) == 6 else v + (None, None))
+    return _guarded_pair("turbo", _DPGUARDS, "decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_launch, k, v, n, dtype, (*k[2:4], *_calibration(k), *v[2:4], *_calibration(v)))
 
 # %% ../nbs/02_packing.ipynb #dfdd0ff7
 # keys and values of an update quantized straight into new storages: blocks 0 .. meta[5]-1 are the pair kernel's warps, a

@@ -174,7 +174,7 @@ def test_decode_turbo_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype
 
 def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch):
     "Not vacuous: the kernel without the values' sign flips disagrees and the first-use check returns the reference"
-    wrong = P._DP_CUDA.replace('v[e + 1] * scale * gv[lane * E + e + 1]', 'v[e + 1] * scale')
+    wrong = P._DP_CUDA.replace('v[e] = v[e] * scale * gv[lane * E + e];', 'v[e] = v[e] * scale;')
     assert wrong != P._DP_CUDA
     monkeypatch.setattr(P, '_DP_CUDA', wrong)
     k, kc = _turbo_storage(4, 64, 1, 9, 1)
@@ -184,6 +184,50 @@ def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch):
     assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 9, mx.float32)] is False
     assert mx.allclose(V, vc.decode(v[:2]), atol=1e-5) and mx.allclose(K, kc.decode(k[:2]), atol=1e-5)
 
+
+def _calibrated_storage(bits, dim, seed, cap, key, mean=True, scale=True):
+    """(words, gamma, rotation, codebook, mean, scale) of a one-band calibrated codec's storage (`cap` tokens per head,
+    (2, 3) batch and heads; mean / scale None where not asked), and the codec"""
+    from calcodecs import calibrated
+    c = calibrated(bits, seed, dim, outliers=False)
+    if not mean: c.mean = None
+    if not scale: c.scale = None
+    w, g = c.encode(mx.random.normal((2, 3, cap, dim), key=mx.random.key(key)) * 2 + 0.3)
+    m, s, bands, _ = c._arrays(dim)
+    return (w, g, bands[0][3], bands[0][4], m, s), c
+
+
+@pytest.mark.parametrize('kspec,vspec', [((3, 64, True, True), (6, 64, True, True)), ((2, 128, True, False), (4, 128, False, True)),
+                                         ((4, 256, True, True), None)])
+@pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
+def test_decode_turbo_pair_undoes_a_calibration(emulated, kspec, vspec, dtype):
+    """Calibrated sides of one band (`auto:B`'s tqBcs: the storage's band, then its scales undone and its mean added in
+    the launch; either may be absent) beside each other or beside a turbo side: `CalibratedTurboCodec.decode` of the held
+    slices, up to the dtype's rounding; then the kept launch at another token count"""
+    k, kc = _calibrated_storage(*kspec[:2], 1, 12, 1, *kspec[2:])
+    v, vc = _calibrated_storage(*vspec[:2], 2, 10, 2, *vspec[2:]) if vspec else _turbo_storage(3, 64, 2, 10, 2)
+    for n in (7, 9):
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            K, V = P.decode_turbo_pair(k, v, n, dtype)
+        assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 7, dtype)] is True      # the kernel served it, verified
+        for got, s, c in ((K, k, kc), (V, v, vc)):
+            ref = c.decode((s[0][..., :n, :], s[1][..., :n, :]))
+            assert got.shape == ref.shape and got.dtype == dtype
+            assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
+
+
+def test_a_pair_decode_kernel_without_the_mean_is_refused(emulated, monkeypatch):
+    "Not vacuous: the kernel that forgets the keys' mean disagrees and the first-use check returns the reference"
+    wrong = P._DP_CUDA.replace('v[e] = v[e] / sk[lane * E + e] + mk[lane * E + e];', 'v[e] = v[e] / sk[lane * E + e];')
+    assert wrong != P._DP_CUDA
+    monkeypatch.setattr(P, '_DP_CUDA', wrong)
+    k, kc = _calibrated_storage(3, 64, 1, 9, 1)
+    v, vc = _calibrated_storage(4, 64, 2, 9, 2)
+    with pytest.warns(RuntimeWarning, match='decode_turbo_pair'):
+        K, V = P.decode_turbo_pair(k, v, 9, mx.float32)
+    assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 9, mx.float32)] is False
+    assert mx.allclose(K, kc.decode(k[:2]), atol=1e-5) and mx.allclose(V, vc.decode(v[:2]), atol=1e-5)
 
 def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
     "Without CUDA the codecs' decode of the slices; mismatched storage or counts: a ValueError naming what it takes"
@@ -203,6 +247,8 @@ def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
         P.decode_turbo_pair((k[0], k[1][..., :3, :], *k[2:]), v, 2, mx.float16)
     with pytest.raises(ValueError, match='must be'):
         P.decode_turbo_pair(k[:2], v, 2, mx.float16)
+    with pytest.raises(ValueError, match=r"mean must be None or a float32 array of shape \(64,\)"):
+        P.decode_turbo_pair((*k, mx.zeros((32,)), None), v, 2, mx.float16)
 
 
 def _affine_storage(bits, gs, dim, cap, key):
