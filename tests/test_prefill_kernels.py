@@ -172,13 +172,17 @@ def test_decode_turbo_pair_gives_the_codecs_decode(emulated, kspec, vspec, dtype
         assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
 
 
-def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch):
-    "Not vacuous: the kernel without the values' sign flips disagrees and the first-use check returns the reference"
-    wrong = P._DP_CUDA.replace('v[e] = v[e] * scale * gv[lane * E + e];', 'v[e] = v[e] * scale;')
+@pytest.mark.parametrize('what', ['values signs', 'keys mean'])
+def test_a_wrong_pair_decode_kernel_is_refused(emulated, monkeypatch, what):
+    """Not vacuous: the kernel without the values' sign flips, or one that forgets a calibrated side's mean, disagrees
+    and the first-use check returns the reference"""
+    old, new = {'values signs': ('v[e] = v[e] * scale * gv[lane * E + e];', 'v[e] = v[e] * scale;'),
+                'keys mean': ('v[e] = v[e] / sk[lane * E + e] + mk[lane * E + e];', 'v[e] = v[e] / sk[lane * E + e];')}[what]
+    wrong = P._DP_CUDA.replace(old, new)
     assert wrong != P._DP_CUDA
     monkeypatch.setattr(P, '_DP_CUDA', wrong)
-    k, kc = _turbo_storage(4, 64, 1, 9, 1)
-    v, vc = _turbo_storage(4, 64, 2, 9, 2)
+    make = _turbo_storage if what == 'values signs' else _calibrated_storage
+    (k, kc), (v, vc) = make(4, 64, 1, 9, 1), make(4, 64, 2, 9, 2)
     with pytest.warns(RuntimeWarning, match='decode_turbo_pair'):
         K, V = P.decode_turbo_pair(k, v, 9, mx.float32)
     assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 9, mx.float32)] is False
@@ -215,40 +219,6 @@ def test_decode_turbo_pair_undoes_a_calibration(emulated, kspec, vspec, dtype):
             ref = c.decode((s[0][..., :n, :], s[1][..., :n, :]))
             assert got.shape == ref.shape and got.dtype == dtype
             assert mx.abs(got.astype(mx.float32) - ref).max().item() <= (1e-5 if dtype == mx.float32 else 2e-3) * mx.abs(ref).max().item()
-
-
-def test_a_pair_decode_kernel_without_the_mean_is_refused(emulated, monkeypatch):
-    "Not vacuous: the kernel that forgets the keys' mean disagrees and the first-use check returns the reference"
-    wrong = P._DP_CUDA.replace('v[e] = v[e] / sk[lane * E + e] + mk[lane * E + e];', 'v[e] = v[e] / sk[lane * E + e];')
-    assert wrong != P._DP_CUDA
-    monkeypatch.setattr(P, '_DP_CUDA', wrong)
-    k, kc = _calibrated_storage(3, 64, 1, 9, 1)
-    v, vc = _calibrated_storage(4, 64, 2, 9, 2)
-    with pytest.warns(RuntimeWarning, match='decode_turbo_pair'):
-        K, V = P.decode_turbo_pair(k, v, 9, mx.float32)
-    assert P._DPGUARDS['cuda'].state[P._dp_class(k, v, 9, mx.float32)] is False
-    assert mx.allclose(K, kc.decode(k[:2]), atol=1e-5) and mx.allclose(V, vc.decode(v[:2]), atol=1e-5)
-
-def test_decode_turbo_pair_off_cuda_and_bad_input(monkeypatch):
-    "Without CUDA the codecs' decode of the slices; mismatched storage or counts: a ValueError naming what it takes"
-    k, kc = _turbo_storage(4, 64, 1, 9, 1)
-    v, vc = _turbo_storage(3, 64, 2, 9, 2)
-    K, V = P.decode_turbo_pair(k, v, 5, mx.float16)
-    assert mx.array_equal(K, kc.decode((k[0][..., :5, :], k[1][..., :5, :])).astype(mx.float16))
-    assert mx.array_equal(V, vc.decode((v[0][..., :5, :], v[1][..., :5, :])).astype(mx.float16))
-    for n in (0, 10, 2.0, True):
-        with pytest.raises(ValueError, match='n must be an integer in 1..9'):
-            P.decode_turbo_pair(k, v, n, mx.float16)
-    with pytest.raises(ValueError, match='disagree'):
-        P.decode_turbo_pair(k, (v[0][:1], v[1][:1], *v[2:]), 5, mx.float16)
-    with pytest.raises(ValueError, match='words hold'):
-        P.decode_turbo_pair(k, (v[0][..., :4], *v[1:]), 5, mx.float16)
-    with pytest.raises(ValueError, match=r'norms \(B, H, capacity, 1\)'):
-        P.decode_turbo_pair((k[0], k[1][..., :3, :], *k[2:]), v, 2, mx.float16)
-    with pytest.raises(ValueError, match='must be'):
-        P.decode_turbo_pair(k[:2], v, 2, mx.float16)
-    with pytest.raises(ValueError, match=r"mean must be None or a float32 array of shape \(64,\)"):
-        P.decode_turbo_pair((*k, mx.zeros((32,)), None), v, 2, mx.float16)
 
 
 def _affine_storage(bits, gs, dim, cap, key):
