@@ -94,8 +94,9 @@ def test_prefill_kernels_compile(ty):
     head = f"constexpr int N = 128;\nconstexpr int BITS = 3;\nconstexpr int W = 12;\nusing T = {ty};\n"
     regs, spill, _ = CR.compile_ptxas('d', CR.wrap('d', head + P._DT_CUDA, [('words', 'uint32_t'), ('norms', '__half'), ('cent', 'float'), ('meta', 'int32_t')], [('out', ty)]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
-    head = f"constexpr int NK = 128;\nconstexpr int BK = 4;\nconstexpr int WK = 16;\nconstexpr int NV = 256;\nconstexpr int BV = 3;\nconstexpr int WV = 24;\nconstexpr int WARPS = 4;\nusing T = {ty};\n"
-    side = [('w', 'uint32_t'), ('n', '__half'), ('c', 'float'), ('g', 'float')]
+    head = (f"constexpr int NK = 128;\nconstexpr int BK = 4;\nconstexpr int WK = 16;\nconstexpr int NV = 256;\nconstexpr int BV = 3;\nconstexpr int WV = 24;\nconstexpr int WARPS = 4;\nusing T = {ty};\n"
+            "constexpr bool CALK = true;\nconstexpr bool CALV = false;\n")   # a calibrated key side beside a turbo value side
+    side = [('w', 'uint32_t'), ('n', '__half'), ('c', 'float'), ('g', 'float'), ('s', 'float'), ('m', 'float')]
     regs, spill, _ = CR.compile_ptxas('dp', CR.wrap('dp', head + P._DP_CUDA, [(a + 'k', t) for a, t in side] + [(a + 'v', t) for a, t in side] + [('meta', 'int32_t')],
                                                     [('ok', ty), ('ov', ty)]), 'sm_90')
     assert 0 < regs <= 255 and spill == 0
