@@ -16,12 +16,12 @@ from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
 # %% auto #0
-__all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'uncentre',
-           'calibrated_encode_pair', 'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
+__all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'calibrated_encode_pair',
+           'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
 from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel, kernel_backend
-from .packing import dequantize_unpack   # norm * centroid[code] of a band in one pass (the fused kernel on a GPU, chunk-value lookups on the CPU): no (.., words, 32) intermediate
+from .packing import dequantize_unpack, uncentre   # a band's norm * centroid[code] in one pass (the fused kernel on a GPU, chunk-value lookups on the CPU: no (.., words, 32) intermediate); the centring undone in one fused operation
 from .packing import _into_ref, _outside_rows, _written_pair   # a ring write's reference and its kept-rows check, shared with packing's ring writes
 
 def packed_bytes(n, bits): return 4 * packed_words(n, bits)
@@ -172,22 +172,6 @@ class CalibratedTurboCodec(Codec):
     def _dim_from(self, parts):
         if self.outliers is not None: raise ValueError("kvq_turbo with outliers needs dim")
         return parts[0].shape[-1] * 32 // self.bits
-
-_UNCENTRE = {}
-def uncentre(y, mean, scale, dtype):
-    """`y` (float32, a calibrated side's channels in its centred and scaled space) brought back as `decode` does: divided
-    by the per-channel `scale`, `mean` added (either may be None), cast to `dtype`; one fused operation (`mx.compile`,
-    shapeless: one trace per (which are present, dtype), whatever the number of tokens), the same values as the three
-    operations it replaces"""
-    key = (scale is not None, mean is not None, dtype)
-    f = _UNCENTRE.get(key)
-    if f is None:
-        def back(y, *a):
-            if key[0]: y = y / a[0]
-            if key[1]: y = y + a[-1]
-            return y.astype(dtype)
-        f = _UNCENTRE[key] = mx.compile(back, shapeless=True)
-    return f(y, *(x for x in (scale, mean) if x is not None))
 
 # a calibrated pair's update quantized on CUDA by one launch: a warp per (side, token row) centers and scales the row,
 # and per band gathers its channels, takes the norm, rotates by the band's forward matrix (dense, read transposed so a

@@ -21,9 +21,9 @@ __all__ = ['MAX_FUSED_DIM', 'INCLUDE', 'KEEP_DAYS', 'DEVICE_CONSTANTS', 'PAIR', 
            'quantize_pack_ref', 'dequantize_unpack_ref', 'kernel_backend', 'kernel_dir', 'make_kernel',
            'device_constant', 'fused_quantize_pack', 'fused_quantize_pack_pair', 'fused_dequantize_unpack',
            'GuardedKernel', 'unpack_fields', 'lookup_decode', 'dequantize_unpack_lut', 'quantize_pack_pair',
-           'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'affine_dequantize',
-           'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair', 'into_writer',
-           'affine_encode', 'affine_into_pair', 'affine_into_writer', 'check_fused']
+           'quantize_pack', 'dequantize_unpack', 'rotate_rows', 'decode_rotated_storage', 'uncentre',
+           'affine_dequantize', 'decode_affine_pair', 'decode_turbo_pair', 'quantize_append_pair', 'quantize_into_pair',
+           'into_writer', 'affine_encode', 'affine_into_pair', 'affine_into_writer', 'check_fused']
 
 # %% ../nbs/02_packing.ipynb #95458b91
 def packed_words(n, bits) -> int:
@@ -870,14 +870,23 @@ def _calibration(s):
     "(mean, scale) of a pair decode's side: its 5th and 6th entries (a calibrated side: float32 (dim,) arrays or None), else (None, None)"
     return (s[4], s[5]) if len(s) == 6 else (None, None)
 
-def _uncentred_side(y, s, dtype):
-    "A side's decode `y` (float32) with its calibration undone (/ scale, + mean; `CalibratedTurboCodec.decode`'s order), cast"
-    mean, scale = _calibration(s)
-    if scale is not None: y = y / scale
-    if mean is not None: y = y + mean
-    return y.astype(dtype)
+_UNCENTRE = {}
+def uncentre(y, mean, scale, dtype):
+    """`y` (float32, a calibrated side's channels in its centred and scaled space) brought back as
+    `CalibratedTurboCodec.decode` does: divided by the per-channel `scale`, `mean` added (either may be None), cast to
+    `dtype`; one fused operation (`mx.compile`, shapeless: one trace per (which are present, dtype), whatever the number
+    of tokens), the same values as the three operations it replaces"""
+    key = (scale is not None, mean is not None, dtype)
+    f = _UNCENTRE.get(key)
+    if f is None:
+        def back(y, *a):
+            if key[0]: y = y / a[0]
+            if key[1]: y = y + a[-1]
+            return y.astype(dtype)
+        f = _UNCENTRE[key] = mx.compile(back, shapeless=True)
+    return f(y, *(x for x in (scale, mean) if x is not None))
 
-def _dp_reference(k, v, n, dtype): return tuple(_uncentred_side(_side_of(*s[:4], n), s, dtype) for s in (k, v))
+def _dp_reference(k, v, n, dtype): return tuple(uncentre(_side_of(*s[:4], n), *_calibration(s), dtype) for s in (k, v))
 def _dp_class(k, v, n, dtype): return tuple((s[2].dim, s[2].seed, s[3].bits, str(s[1].dtype), *(x is not None for x in _calibration(s))) for s in (k, v)) + (str(dtype),)
 def _dp_agree(out, ref, *args):
     if not isinstance(out, tuple) or len(out) != 2: return f"returned {type(out).__name__} instead of two sides"
@@ -1056,9 +1065,7 @@ def decode_turbo_pair(k, v, n, dtype):
     _check_pair("decode_turbo_pair", k, v, n)
     if (kernel_backend() != "cuda" or not _pairs(k[2], k[2].dim) or not _pairs(v[2], v[2].dim)
             or dtype not in (mx.float32, mx.float16, mx.bfloat16) or k[0].shape[0] * k[0].shape[1] * n >= 2 ** 30):
-        return tuple(_uncentred_side(s[2].inverse(dequantize_unpack(s[0][..., :n, :], s[1][..., :n, :], s[3], s[2].dim)), s, dtype) for s in (k, v))
-    k, v = tuple(k), tuple(v)
-    k, v = (k if len(k) == 6 else k + (None, None)), (v if len(v) == 6 else v + (None, None))
+        return tuple(uncentre(s[2].inverse(dequantize_unpack(s[0][..., :n, :], s[1][..., :n, :], s[3], s[2].dim)), *_calibration(s), dtype) for s in (k, v))
     return _guarded_pair("turbo", _DPGUARDS, "decode_turbo_pair", _fused_decode_pair, _dp_reference, _dp_class, _dp_launch, k, v, n, dtype, (*k[2:4], *_calibration(k), *v[2:4], *_calibration(v)))
 
 # %% ../nbs/02_packing.ipynb #dfdd0ff7

@@ -474,6 +474,7 @@ def shared_codec(cfg: dict) -> Codec:
     constants, kernel launches, attention plans, all kept on the object) is built once per process, not once per cache.
     A codec holds no per-cache state, so sharing one changes no result; a config that leaves something to be fixed on
     first use (a turbo codec's head dim, an fp16 codec's item size: `None` in the config) gets its own object each time"""
+    if not isinstance(cfg, dict): raise ValueError(f"a codec config is a dict such as {{'codec': 'turbo', 'bits': 4, 'seed': 0, 'dim': 128}}, got {type(cfg).__name__}")
     if cfg.get('dim', 0) is None or cfg.get('itemsize', 0) is None: return Codec.from_config(cfg)
     key = json.dumps(cfg, sort_keys=True)
     got = _SHARED_CODECS.get(key)

@@ -206,7 +206,7 @@ def test_a_calibrated_side_beside_another_kind_takes_one_launch(emulated, monkey
 @pytest.mark.parametrize('dtype', [mx.float32, mx.float16])
 def test_decode_is_the_reference_arithmetic(bits, D, outl, centred, dtype):
     """`CalibratedTurboCodec.decode` (each band through `packing.dequantize_unpack`, the centring undone by the fused
-    `calibrated.uncentre`) is bit for bit the reference arithmetic: the reference unpack, centroid * gamma in float32,
+    `packing.uncentre`) is bit for bit the reference arithmetic: the reference unpack, centroid * gamma in float32,
     the inverse rotation, the bands put back in channel order, / scale, + mean, then the cast"""
     from mlx_kvq.packing import unpack_ref
     c = _codec(bits, D, outl, bits, centred)

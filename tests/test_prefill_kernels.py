@@ -313,8 +313,8 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
     """A chunk of queries through `attend` on the CUDA route (`_pair_prefill`: both pasts decoded to the model's space in
     one emulated launch of `decode_turbo_pair` / `decode_affine_pair`, exact window tokens joined, fused SDPA) agrees with
     `codec_attention`; the previous route (`PREFILL_PAIR = False`) gives the same. `cal1:K,V`: calibrated codecs of one
-    band a side (`auto:B`'s tqBcs, means drawn at sd 0.3, per-channel scales), decoded by the turbo pair launch in
-    float32 and then scaled back and re-centred (`calibrated.uncentre`); `cal1:K,a8`: such keys beside 8-bit affine
+    band a side (`auto:B`'s tqBcs, means drawn at sd 0.3, per-channel scales), decoded by the turbo pair launch, which
+    also scales them back and re-centres them; `cal1:K,a8`: such keys beside 8-bit affine
     values (`auto:5`'s other Llama layers), the keys by the pair launch over themselves (`_side_alone`)"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
