@@ -99,6 +99,8 @@
 #       maskc  (MASKC, an unmasked call's kernel compiled without mask code, on since 2026-11-30: GPU checks with it on, Nsight Compute at 131K / 4K against it off)
 #       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
+#       prefill5 (the 16K prefill with the calibration undone in the pair launch: Llama-3.2-1B fp16 / auto:5 / turbo:4 / fp16 / auto:5, then Gemma 3 1B fp16 / auto:5 / fp16)
+#       chunkncu / chunkncu2 (every kernel of a 16K prompt's last chunk under Nsight Compute, summed by kind: bench/prefill_chunk_ncu.py; then prefill_profile with its submit column)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
 ncu_sets() {   # ncu_sets FILE REGEX KNOBSET...: the decode kernel's duration at $CTX tokens (default 131,072; Nsight Compute, GPU clocks, two launches) per knob set, for each scheme of $SCH (default turbo:4 then affine:4); caches warm as the previous launch left them (NCU_CC=none, the default: a cache larger than L2 partly L2-resident, durations optimistic) or flushed before every pass (NCU_CC=all, not CC: the GPU machine sets CC to its C compiler; the cache read from memory, as a real decode step's layers read theirs)
@@ -577,6 +579,20 @@ case $part in
   calprefill4) # after calprefill3: a calibrated side's scales and mean undone inside the pair decode launch (`_DP_SIDE`'s CAL), no second pass; the checks (cut at 100 s), then the 16K prefill, fp16 / auto:5 twice each, alternating (about 4 min)
          timeout 100 python3 bench/check_prefill_pair.py --cal > "$O/check.log" 2>&1; tail -15 "$O/check.log" | cut -c1-250
          timeout ${LIMIT:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 fp16 auto:5 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error|Warning" "$O/prefill.log" | head -12 | cut -c1-300 ;;
+  prefill5) # the in-kernel calibration of calprefill4 timed: the 16K prefill, Llama-3.2-1B's shape, fp16 / auto:5 / turbo:4 / fp16 / auto:5; then Gemma 3 1B's shape, fp16 / auto:5 / fp16 (about 9 min on a fresh start: the first process compiles every kernel)
+         timeout ${LIMIT:-300} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 fp16 auto:5 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| |host build|Error|Warning|reference" "$O/prefill.log" | head -14 | cut -c1-300
+         timeout ${LIMIT2:-240} python3 bench/prefill_profile.py --shape gemma-3-1b --kv fp16 auto:5 fp16 --skip-layer > "$O/gemma1b.log" 2>&1; grep -E "^\| |host build|Error|Warning|reference" "$O/gemma1b.log" | head -14 | cut -c1-300 ;;
+  chunkncu) # every kernel of the last 2048-token chunk of a 16K prompt under Nsight Compute (bench/prefill_chunk_ncu.py), summed by kind, beside the chunk's wall / host build / submit without Nsight: Llama-3.2-1B's shape fp16 / auto:5 / turbo:4, Gemma 3 1B's fp16 / auto:5; then prefill_profile with the submit column (about 9 min)
+         for line in "llama-3.2-1b fp16" "llama-3.2-1b auto:5" "gemma-3-1b fp16" "gemma-3-1b auto:5" "llama-3.2-1b turbo:4"; do set -- $line; f="$O/ncu_$1_$(echo $2 | tr ':/,' '___').csv"
+           timeout ${T1:-110} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py $2 --shape $1 > "$f" 2> "${f%.csv}.err"
+           grep "^#" "${f%.csv}.err" | cut -c1-250; done
+         python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
+         timeout ${LIMIT:-200} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 fp16 auto:5 --skip-layer --out "$O" > "$O/prefill.log" 2>&1; grep -E "^\| [a-z]|host build|submit|Error|reference" "$O/prefill.log" | head -16 | cut -c1-300 ;;
+  chunkncu2) # after chunkncu, whose auto:5 runs hit their time limit before the profiled chunk (planning inside Nsight): Llama-3.2-1B's and Gemma 3 1B's auto:5 only, longer limits (about 8 min)
+         for line in "llama-3.2-1b auto:5 ${T1:-270}" "gemma-3-1b auto:5 ${T2:-200}"; do set -- $line; f="$O/ncu_$1_$(echo $2 | tr ':/,' '___').csv"
+           timeout $3 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py $2 --shape $1 > "$f" 2> "${f%.csv}.err"
+           grep "^#" "${f%.csv}.err" | cut -c1-250; done
+         python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt" ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
