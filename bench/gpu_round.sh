@@ -100,6 +100,7 @@
 #       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 #       prefill5 (the 16K prefill with the calibration undone in the pair launch: Llama-3.2-1B fp16 / auto:5 / turbo:4 / fp16 / auto:5, then Gemma 3 1B fp16 / auto:5 / fp16)
+#       calbsearch (CAL_BSEARCH off / on: auto:5's last prefill chunk under Nsight Compute, then the 16K prefill alternating)
 #       chunkncu / chunkncu2 (every kernel of a 16K prompt's last chunk under Nsight Compute, summed by kind: bench/prefill_chunk_ncu.py; then prefill_profile with its submit column)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -593,6 +594,13 @@ case $part in
            timeout $3 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py $2 --shape $1 > "$f" 2> "${f%.csv}.err"
            grep "^#" "${f%.csv}.err" | cut -c1-250; done
          python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt" ;;
+  calbsearch) # CAL_BSEARCH (the calibrated pair kernel's codes by a binary search, off by default): Llama-3.2-1B auto:5's last 16K-prompt chunk under Nsight Compute without / with it (the encode kernel's 63 us a layer, bench/h200_20261201i/), then the 16K prefill alternating (about 8 min on a fresh start)
+         for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do f="$O/ncu_auto5_$(echo $k | tr '=' '_').csv"
+           KVQ_KNOBS="$k" timeout ${T1:-200} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py auto:5 > "$f" 2> "${f%.csv}.err"
+           grep "^#" "${f%.csv}.err" | cut -c1-200; done
+         python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
+         for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True" "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do KVQ_KNOBS="$k" timeout ${LIMIT:-100} python3 bench/prefill_profile.py --kv fp16 auto:5 --skip-layer > "$O/prefill_$k.log" 2>&1
+           echo "== $k"; grep -E "^\| [a-z]|reference" "$O/prefill_$k.log" | tail -2; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

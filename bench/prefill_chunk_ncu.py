@@ -5,6 +5,8 @@ slower because the GPU has more to do, or because the GPU waits for the host?
         python3 bench/prefill_chunk_ncu.py SCHEME [--shape llama-3.2-1b] [--tokens 16384] [--chunk 2048] > F.csv
     python3 bench/prefill_chunk_ncu.py --parse F.csv [G.csv ...]
 
+`KVQ_KNOBS` applies as in the other GPU benches (e.g. `KVQ_KNOBS="CAL_BSEARCH=True"`).
+
 A random-weight model of the named shape (float16 unless `--dtype float32`), caches of the scheme (an `auto:B` plan on seeded random token ids,
 as `mlx-kvq bench` plans it); a warm pass over the whole prompt (every kernel compiled and
 checked), then fresh caches: the prompt's chunks but the last evaluated one by one, then the last chunk (the longest
@@ -51,6 +53,9 @@ def main():
     a = p.parse_args()
     from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, bench_calibration, planned_labels
     from mlx_kvq.integrate import install
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from knobs import apply_knobs
+    apply_knobs()   # KVQ_KNOBS, as the other GPU benches
     install()
     try: cuda = ctypes.CDLL("libcuda.so.1")
     except OSError: cuda = None

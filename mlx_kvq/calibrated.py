@@ -16,8 +16,8 @@ from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
 # %% auto #0
-__all__ = ['COMPILE_ON_GPU', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec', 'calibrated_encode_pair',
-           'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
+__all__ = ['COMPILE_ON_GPU', 'CAL_BSEARCH', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec',
+           'calibrated_encode_pair', 'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
 from .packing import pack as pack_codes, unpack as unpack_codes, packed_words, make_kernel, device_constant, GuardedKernel, kernel_backend
@@ -189,6 +189,19 @@ def _cal_offsets(D, bands):
         offs.append((oi, orr, ob, oc))
     return offs, off
 
+CAL_BSEARCH = False   # CUDA (benches: KVQ_KNOBS="CAL_BSEARCH=True", before the first launch): the code of a rotated coordinate found by a binary search of the sorted boundaries (`bits` comparisons) instead of a comparison with each (2**bits - 1: 63 at 6 bits); the same count, so the same codes. Off until timed on a GPU (the pair kernel took 63 us a layer of a 2048-token chunk against the turbo quantize pair's 14, bench/h200_20261201i/)
+
+def _code_search(bits, ob):
+    """Kernel text declaring `int code`: how many of the 2**bits - 1 ascending boundaries at `C[ob]` lie below `u` (what
+    the reference `_encode` counts, `u > boundaries` summed), by one comparison with each or, with `CAL_BSEARCH`, by a
+    branch-free binary search: a step of s = 2**(bits-1) .. 1 compares u with boundary code + s - 1 and adds s where u is
+    above it (a NaN compares false everywhere: code 0 either way)"""
+    if not CAL_BSEARCH:
+        return f"""                int code = 0;
+                for (int q = 0; q < {(1 << bits) - 1}; ++q) code += u > C[{ob} + q];"""
+    return f"""                int code = 0;
+                for (int s = {1 << (bits - 1)}; s > 0; s >>= 1) code += u > C[{ob} + code + s - 1] ? s : 0;"""
+
 def _cal_quant_source(D, bands, ys, yb, code, gamma, after):
     """Kernel text of a warp quantizing one row `xr` (D values, any float type) by a side's constants `C` (`_cal_consts`)
     as `_encode` does: centred and scaled into `ys[]`, then per band (`bands` = [(n, bits, has_idx)]) gathered into `yb[]`,
@@ -212,8 +225,7 @@ def _cal_quant_source(D, bands, ys, yb, code, gamma, after):
             for (int r = lane; r < {n}; r += 32) {{
                 float u = 0.0f;
                 for (int j = 0; j < {n}; ++j) u = __fmaf_rn(C[{orr} + j * {n} + r], {yb}[j], u);
-                int code = 0;
-                for (int q = 0; q < {(1 << bits) - 1}; ++q) code += u > C[{ob} + q];
+{_code_search(bits, ob)}
                 const float c = C[{oc} + code];
                 uc = __fmaf_rn(u, c, uc); cc = __fmaf_rn(c, c, cc);
                 {code(i)}
@@ -262,7 +274,7 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
     slot .. slot + n - 1 of storages of `capacity` tokens (a plain encode: slot 0, capacity n); `into`: the storages are
     copies of the old ones (inputs after `meta`, each side's parts in order) with those rows replaced, the blocks after the
     quantize blocks copying every other row (a sliding-window ring's decode token)"""
-    key = (Dk, tuple(kb), Dv, tuple(vb), into)
+    key = (Dk, tuple(kb), Dv, tuple(vb), into, CAL_BSEARCH)
     if key not in _CALK:
         ks, kl = _cal_side_source("k", Dk, kb); vs, vl = _cal_side_source("v", Dv, vb)
         dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
@@ -295,7 +307,8 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
 """
         outs = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("o", "g")]
         olds = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("q", "h")] if into else []
-        _CALK[key] = (make_kernel("cuda", "mlx_kvq_calibrated_" + ("into" if into else "pair"), ["xk", "xv", "ck", "cv", "meta", *olds], outs, src), kl, vl)
+        name = "mlx_kvq_calibrated_" + ("bsearch_" if CAL_BSEARCH else "") + ("into" if into else "pair")   # MLX caches compiled modules by name
+        _CALK[key] = (make_kernel("cuda", name, ["xk", "xv", "ck", "cv", "meta", *olds], outs, src), kl, vl)
     return _CALK[key]
 
 def _cal_bands(codec, dim):

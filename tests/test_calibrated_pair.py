@@ -29,10 +29,14 @@ def _x(shape, dtype, key): return (mx.random.normal(shape, key=mx.random.key(key
 
 @pytest.mark.parametrize('kb,vb,D,outl,dtype,L', [(5, 4, 64, 8, mx.float32, 3), (4, 3, 64, 0, mx.float16, 1), (3, 2, 96, 0, mx.float32, 2),
                                                   (6, 5, 256, 32, mx.float16, 1), (8, 1, 128, 0, mx.float32, 1), (2, 7, 80, 16, mx.float16, 2)])
-def test_the_pair_kernel_is_each_sides_encode(emulated, kb, vb, D, outl, dtype, L):
+@pytest.mark.parametrize('bsearch', [False, True], ids=['scan', 'bsearch'])
+def test_the_pair_kernel_is_each_sides_encode(emulated, monkeypatch, kb, vb, D, outl, dtype, L, bsearch):
     """One launch gives each side's `_encode` parts (words and float16 gammas per band, in storage order) for keys with an
     outlier band or none and values of another width; the first-use check passed, the verified launch gives the same,
-    and every part decodes to what the reference's decodes to"""
+    and every part decodes to what the reference's decodes to. With `CAL_BSEARCH` (codes by a binary search of the
+    boundaries) the same parts bit for bit, 1 to 8 bits"""
+    monkeypatch.setattr(Cal, 'CAL_BSEARCH', bsearch)
+    assert ('? s : 0' in Cal._cal_side_source('k', D, [(D, kb, False)])[0]) is bsearch   # the knob picks the search's text
     kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1, centred=outl == 0)
     xk, xv = _x((2, 3, L, D), dtype, 1), _x((2, 3, L, D), dtype, 2)
     with warnings.catch_warnings():
@@ -65,6 +69,26 @@ def test_a_wrong_calibrated_kernel_is_refused(emulated, monkeypatch, mutation):
     with pytest.warns(RuntimeWarning, match='calibrated pair'):
         got = kc.encode_pair(vc, xk, xv)
     assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is False and not Cal._CALREADY
+    ref = (kc._encode(xk), vc._encode(xv))
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
+@pytest.mark.parametrize('mutation', [("C[{ob} + code + s - 1]", "C[{ob} + code + s]"),       # each probe one boundary up
+                                      ("s > 0; s >>= 1", "s > 1; s >>= 1")])                       # the last step skipped
+def test_a_wrong_binary_search_is_refused(emulated, monkeypatch, mutation):
+    "Not vacuous for `CAL_BSEARCH`: a search that probes the wrong boundary or stops a step early is refused by the first-use check, and the reference answers"
+    monkeypatch.setattr(Cal, 'CAL_BSEARCH', True)
+    orig = Cal._code_search
+    def wrong(bits, ob):
+        src = orig(bits, ob); old = mutation[0].replace('{ob}', str(ob))
+        assert old in src
+        return src.replace(old, mutation[1].replace('{ob}', str(ob)))
+    monkeypatch.setattr(Cal, '_code_search', wrong)
+    kc, vc = _codec(5, 64, 0, 0), _codec(3, 64, 0, 1)
+    xk, xv = _x((1, 2, 3, 64), mx.float32, 5), _x((1, 2, 3, 64), mx.float32, 6)
+    with pytest.warns(RuntimeWarning, match='calibrated pair.*disagrees'):   # compiled and ran, and its codes were wrong
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is False
     ref = (kc._encode(xk), vc._encode(xv))
     assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
 
@@ -218,3 +242,34 @@ def test_decode_is_the_reference_arithmetic(bits, D, outl, centred, dtype):
     if mean is not None: y = y + mean
     got = c.decode(parts, dtype)
     assert got.dtype == dtype and mx.array_equal(got, y.astype(dtype)).item()
+
+
+def _ptxas():
+    try:
+        import nvidia, os
+        root = list(nvidia.__path__)[0]
+        return os.path.exists(os.path.join(root, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12')) and os.path.exists(os.path.join(root, 'cuda_nvcc', 'bin', 'ptxas'))
+    except ImportError: return False
+
+@pytest.mark.skipif(not _ptxas(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
+@pytest.mark.parametrize('bsearch', [False, True], ids=['scan', 'bsearch'])
+@pytest.mark.parametrize('into', [False, True], ids=['pair', 'ring'])
+def test_the_calibrated_kernels_compile(monkeypatch, bsearch, into):
+    """The pair and ring kernels (auto:B's Llama-shaped bands: 2-bit keys and 6-bit values at d64, and an outlier band at
+    d128) compiled by NVRTC + ptxas for sm_90, with either code search (`CAL_BSEARCH`), float16 inputs: no spills"""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
+    import cuda_registers as CR
+    monkeypatch.setattr(Cal, 'CAL_BSEARCH', bsearch)
+    monkeypatch.setattr(Cal, '_CALK', {})
+    got = {}
+    monkeypatch.setattr(Cal, 'make_kernel', lambda backend, name, ins, outs, src, **kw: got.update(name=name, ins=ins, outs=outs, src=src) or object())
+    for kb, vb in (([(64, 2, False)], [(64, 6, False)]), ([(112, 3, True), (16, 4, True)], [(128, 5, False)])):
+        Cal._cal_kernel(kb[0][0] + sum(n for n, _, _ in kb[1:]), kb, 128 if len(kb) > 1 else 64, vb, into)
+        assert ('? s : 0' in got['src']) is bsearch and got['name'].endswith('into' if into else 'pair')
+        ins = [('xk', '__half'), ('xv', '__half'), ('ck', 'float'), ('cv', 'float'), ('meta', 'int32_t')]
+        ins += [(n, 'uint32_t' if n[0] == 'q' else '__half') for n in got['ins'][5:]]
+        outs = [(n, 'uint32_t' if n[0] == 'o' else '__half') for n in got['outs']]
+        regs, spill, _ = CR.compile_ptxas('cal', CR.wrap('cal', "using T = __half;\nconstexpr int WARPS = 4;\n" + got['src'], ins, outs), 'sm_90')
+        assert 0 < regs <= 255 and spill == 0
