@@ -14,7 +14,7 @@ past) inside the profiled region (`cuProfilerStart` / `cuProfilerStop`), once (a
 cannot be trimmed back for a repeat). It prints that chunk's wall time, host build and submit (without Nsight a single
 sample; `prefill_profile.py` times every chunk). `--parse` sums the kernels by kind: mlx_kvq's own, MLX's SDPA,
 matmuls (GEMM), copies / concatenations, the rest."""
-import argparse, csv, ctypes, statistics as st, sys, time
+import argparse, csv, ctypes, sys, time
 from collections import defaultdict
 from pathlib import Path
 

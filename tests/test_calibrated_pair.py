@@ -2,13 +2,17 @@
 centering and scaling, each band's gather, norm, rotation, codes, gamma and packing in one kernel), run through its host
 code with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py): against each side's own encode,
 refused when wrong, declined where it does not apply, and inside the caches that `auto:B` makes."""
-import warnings
+import sys, warnings
+from pathlib import Path
 import numpy as np
 import pytest
 import mlx.core as mx
 
 from mlx_kvq import calibrated as Cal
 from mlx_kvq.calibrated import CalibratedTurboCodec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nvrtc_util import ptxas_available
 
 
 @pytest.fixture
@@ -244,21 +248,12 @@ def test_decode_is_the_reference_arithmetic(bits, D, outl, centred, dtype):
     assert got.dtype == dtype and mx.array_equal(got, y.astype(dtype)).item()
 
 
-def _ptxas():
-    try:
-        import nvidia, os
-        root = list(nvidia.__path__)[0]
-        return os.path.exists(os.path.join(root, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12')) and os.path.exists(os.path.join(root, 'cuda_nvcc', 'bin', 'ptxas'))
-    except ImportError: return False
-
-@pytest.mark.skipif(not _ptxas(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
+@pytest.mark.skipif(not ptxas_available(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
 @pytest.mark.parametrize('bsearch', [False, True], ids=['scan', 'bsearch'])
 @pytest.mark.parametrize('into', [False, True], ids=['pair', 'ring'])
 def test_the_calibrated_kernels_compile(monkeypatch, bsearch, into):
     """The pair and ring kernels (auto:B's Llama-shaped bands: 2-bit keys and 6-bit values at d64, and an outlier band at
     d128) compiled by NVRTC + ptxas for sm_90, with either code search (`CAL_BSEARCH`), float16 inputs: no spills"""
-    import sys
-    from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
     import cuda_registers as CR
     monkeypatch.setattr(Cal, 'CAL_BSEARCH', bsearch)

@@ -1,7 +1,7 @@
 """The prefill kernels of a turbo past (`packing.rotate_rows`, `packing.decode_rotated_storage`) run through their host
 code with MLX's `cuda_kernel` replaced by the CPU emulator (tests/kernel_emulator.py), against the float32 route they
 replace; and compiled by NVRTC for sm_90 where NVIDIA's wheels are installed (test_cuda_compile.py's tools)."""
-import os, sys, warnings
+import sys, warnings
 from pathlib import Path
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_emulator as E
+from nvrtc_util import ptxas_available
 from mlx_kvq import packing as P
 from mlx_kvq.rotation import get_rotation
 from mlx_kvq.turbo_codec import TurboCodec
@@ -76,14 +77,7 @@ def test_decode_rotated_storage_off_cuda_is_the_slices(monkeypatch):
     assert got.dtype == mx.float16 and mx.array_equal(got, P.dequantize_unpack(words[..., :5, :], norms[..., :5, :], c.codebook, 64).astype(mx.float16))
 
 
-def _ptxas():
-    try:
-        import nvidia
-        root = list(nvidia.__path__)[0]
-        return os.path.exists(os.path.join(root, 'cuda_nvrtc', 'lib', 'libnvrtc.so.12')) and os.path.exists(os.path.join(root, 'cuda_nvcc', 'bin', 'ptxas'))
-    except ImportError: return False
-
-@pytest.mark.skipif(not _ptxas(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
+@pytest.mark.skipif(not ptxas_available(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
 @pytest.mark.parametrize('ty', ['__half', '__nv_bfloat16', 'float'])
 def test_prefill_kernels_compile(ty):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
