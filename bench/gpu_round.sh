@@ -599,8 +599,8 @@ case $part in
            KVQ_KNOBS="$k" timeout ${T1:-200} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py auto:5 > "$f" 2> "${f%.csv}.err"
            grep "^#" "${f%.csv}.err" | cut -c1-200; done
          python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
-         for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True" "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do KVQ_KNOBS="$k" timeout ${LIMIT:-100} python3 bench/prefill_profile.py --kv fp16 auto:5 --skip-layer > "$O/prefill_$k.log" 2>&1
-           echo "== $k"; grep -E "^\| [a-z]|reference" "$O/prefill_$k.log" | tail -2; done ;;
+         for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True" "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do KVQ_KNOBS="$k" timeout ${LIMIT:-100} python3 bench/prefill_profile.py --kv fp16 auto:5 --skip-layer > "$O/prefill_$(echo $k | tr = _).log" 2>&1
+           echo "== $k"; grep -E "^\| [a-z]|reference" "$O/prefill_$(echo $k | tr = _).log" | tail -2; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

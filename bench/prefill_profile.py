@@ -11,7 +11,8 @@ entry: the pair kernel and four concatenations, the default); a scheme named twi
 last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
-   (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope.
+   (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope, and per
+   chunk the host's graph build and MLX's submission (`mx.async_eval`) of it.
 2. One layer (8 KV / 32 query heads, head dim 64, float16), past = tokens - chunk quantized tokens, a new chunk: ms of
    `update_and_fetch` of the chunk (trimmed back after each; 'growing': the storage cut to the past first, as a prefill
    chunk finds it), its encode alone (and of transposed inputs, as a model's values come), of the attention over what it returned, and of the

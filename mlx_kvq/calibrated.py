@@ -364,7 +364,7 @@ def _cal_meta(*values):
 
 def _cal_reference(kc, xk, vc, xv): return tuple(kc._encode(xk)), tuple(vc._encode(xv))
 def _cal_class(kc, xk, vc, xv):
-    return (xk.shape[-1], tuple(_cal_bands(kc, xk.shape[-1])), xv.shape[-1], tuple(_cal_bands(vc, xv.shape[-1])), str(xk.dtype))
+    return (xk.shape[-1], tuple(_cal_bands(kc, xk.shape[-1])), xv.shape[-1], tuple(_cal_bands(vc, xv.shape[-1])), str(xk.dtype), CAL_BSEARCH)   # each code search verified on its own first use
 
 def _cal_agree(out, ref, kc, xk, vc, xv):
     """None if the kernel's parts are the reference's up to rounding: codes equal but for neighbours at no more than one

@@ -916,7 +916,7 @@ class _PairLaunch:
                 and all(x.shape == (*b[:3], t) and x.dtype == d for x, (t, d) in zip(vparts[1:], self.scalars[1])))
 
 def _dp_launch(k, v, dtype):
-    "decode_turbo_pair's launch for sides k, v = (words, norms, rotation, codebook): warps of 32 / L tokens (L = min(32, N / 4) lanes per token)"
+    "decode_turbo_pair's launch for sides k, v = (words, norms, rotation, codebook), or that and (mean, scale): warps of 32 / L tokens (L = min(32, N / 4) lanes per token)"
     (wk, nk, rk, ck), (wv, nv, rv, cv) = k[:4], v[:4]
     NK, NV = rk.dim, rv.dim
     tk, tv = 32 // min(32, NK // 4), 32 // min(32, NV // 4)
