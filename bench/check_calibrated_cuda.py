@@ -22,6 +22,10 @@ from mlx_kvq.bench import _fill
 ap = argparse.ArgumentParser()
 ap.add_argument('--layers', type=int, default=22); ap.add_argument('--steps', type=int, default=24); ap.add_argument('--rounds', type=int, default=3)
 a = ap.parse_args()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from knobs import apply_knobs
+knobs = apply_knobs()   # KVQ_KNOBS (e.g. "CAL_WHT=True"), before the first launch
+if knobs: print('# knobs', *knobs)
 
 
 def codec(bits, D, outliers, seed):

@@ -66,6 +66,9 @@ def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
 def main():
     p = argparse.ArgumentParser(); p.add_argument("--out", default=None)
     p.add_argument("--cases", default="", help="only the cases whose name holds this text (e.g. affine)"); a = p.parse_args()
+    from knobs import apply_knobs
+    knobs = apply_knobs()   # KVQ_KNOBS (e.g. "CAL_WHT=True"), before the first launch
+    if knobs: print('# knobs', *knobs)
     print(f"check_staged_cuda: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     rows = []
     cases = [('turbo:4 d128', 4, 4, 1, 8, 4, 128, 5000), ('turbo:4 d64 B2', 4, 4, 2, 8, 4, 64, 3000),

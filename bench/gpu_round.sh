@@ -100,6 +100,9 @@
 #       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 #       prefill5 (the 16K prefill with the calibration undone in the pair launch: Llama-3.2-1B fp16 / auto:5 / turbo:4 / fp16 / auto:5, then Gemma 3 1B fp16 / auto:5 / fp16)
+#       graphcache (MLX CUDA graph cache of 4,000 graphs against 400: the 16K prefill fp16 / auto:5 / fp16 / auto:5, about 6 min)
+#       calwht (CAL_WHT's GPU checks and Nsight chunk (T=check), then the prefill by rounds per process without / with it (T=time): two calls of about 5 min)
+#       prefround (CAL_BSEARCH on: the calibrated kernels' GPU checks, then the 16K prefill by alternating rounds, then again with a 4,000-graph MLX cache: about 9 min)
 #       calbsearch (CAL_BSEARCH off / on: auto:5's last prefill chunk under Nsight Compute, then the 16K prefill alternating)
 #       chunkncu / chunkncu2 (every kernel of a 16K prompt's last chunk under Nsight Compute, summed by kind: bench/prefill_chunk_ncu.py; then prefill_profile with its submit column)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
@@ -601,6 +604,27 @@ case $part in
          python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
          for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True" "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do KVQ_KNOBS="$k" timeout ${LIMIT:-100} python3 bench/prefill_profile.py --kv fp16 auto:5 --skip-layer > "$O/prefill_$(echo $k | tr = _).log" 2>&1
            echo "== $k"; grep -E "^\| [a-z]|reference" "$O/prefill_$(echo $k | tr = _).log" | tail -2; done ;;
+  graphcache) # MLX's CUDA graph cache (MLX_CUDA_GRAPH_CACHE_SIZE, 400 executable graphs by default, read at start; graphs on / their size were no lever in bench/h200_20261128d/) against the second auto:5 pass's slowdown (bench/h200_20261201i/): the 16K prefill fp16 / auto:5 / fp16 / auto:5 per process, default then 4,000 then default (about 6 min)
+         for e in default MLX_CUDA_GRAPH_CACHE_SIZE=4000 default2; do f="$O/prefill_$(echo $e | tr '=' '_').log"
+           env $(case $e in default*) ;; *) echo $e ;; esac) timeout ${LIMIT:-150} python3 bench/prefill_profile.py --kv fp16 auto:5 fp16 auto:5 --skip-layer > "$f" 2>&1
+           echo "== $e"; grep -E "^\\| [a-z]|build|submit|Error|reference" "$f" | head -14 | cut -c1-200; done ;;
+  prefround) # CAL_BSEARCH on (the default since 2026-12-02): the calibrated pair / ring kernels and staged tokens on the GPU (check_calibrated_cuda, check_staged_cuda, in parallel), then the 16K prefill by rounds (prefill_profile --rounds: fp16 / auto:5 / turbo:4 alternating, medians), then the same rounds with a 4,000-graph MLX graph cache (about 9 min on a fresh start)
+         mkdir -p "$O/cal" "$O/staged"
+         timeout ${T1:-200} python3 bench/check_calibrated_cuda.py > "$O/cal/check.log" 2>&1 &
+         timeout ${T1:-200} python3 bench/check_staged_cuda.py --out "$O/staged" > "$O/staged/run.log" 2>&1; wait
+         grep -E "failing|FAIL|disagree|declined|Error" "$O/cal/check.log" | cut -c1-300; grep -c "bit-equal False" "$O/cal/check.log"; grep SUMMARY "$O/staged/run.log" | cut -c1-300; grep -c "using the reference" "$O/cal/check.log" "$O/staged/run.log"
+         timeout ${T2:-200} python3 bench/prefill_profile.py --kv fp16 auto:5 turbo:4 --rounds ${R:-5} --skip-layer > "$O/rounds.log" 2>&1; grep -E "^\\| [0-9m]|planned|Error|reference" "$O/rounds.log" | cut -c1-300
+         MLX_CUDA_GRAPH_CACHE_SIZE=4000 timeout ${T3:-150} python3 bench/prefill_profile.py --kv fp16 auto:5 --rounds ${R:-5} --skip-layer > "$O/rounds_cache4000.log" 2>&1; grep -E "^\\| [0-9m]|Error|reference" "$O/rounds_cache4000.log" | cut -c1-300 ;;
+  calwht) # CAL_WHT (off: the calibrated pair kernel's Walsh-Hadamard bands rotated by in-warp butterflies instead of the dense product; offline sm_90 31 registers against 93): its GPU checks (check_calibrated_cuda, check_staged_cuda's calibrated cases, in parallel), the last 16K-prompt chunk's kernels without / with it (Nsight Compute), then the prefill by rounds per process, without / with / without / with (about 10 min on a fresh start: run it as two calls, T=check then T=time)
+         if [ "${T:-check}" = check ]; then mkdir -p "$O/cal" "$O/staged"
+           KVQ_KNOBS="CAL_WHT=True" timeout ${T1:-220} python3 bench/check_calibrated_cuda.py > "$O/cal/check.log" 2>&1 &
+           KVQ_KNOBS="CAL_WHT=True" timeout ${T1:-220} python3 bench/check_staged_cuda.py --cases calibrated --out "$O/staged" > "$O/staged/run.log" 2>&1; wait
+           grep -E "failing|FAIL|disagree|declined|Error" "$O/cal/check.log" | cut -c1-300; grep -c "ok (" "$O/cal/check.log"; grep -c "bit-equal False" "$O/cal/check.log"; grep -c '"same_codes": false' "$O/staged/run.log"; grep -c '"same_codes": true' "$O/staged/run.log"; grep -c "using the reference" "$O/cal/check.log" "$O/staged/run.log"
+           for k in "CAL_WHT=False" "CAL_WHT=True"; do f="$O/ncu_auto5_$(echo $k | tr '=' '_').csv"
+             KVQ_KNOBS="$k" timeout ${T2:-150} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py auto:5 > "$f" 2> "${f%.csv}.err"; done
+           python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
+         else for k in "CAL_WHT=False" "CAL_WHT=True" "CAL_WHT=False" "CAL_WHT=True"; do f="$O/rounds_$(echo $k | tr '=' '_')_$RANDOM.log"
+           KVQ_KNOBS="$k" timeout ${T3:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 --rounds ${R:-3} --skip-layer > "$f" 2>&1; echo "== $k"; grep -E "^\\| (median)|Error|reference" "$f" | tail -2 | cut -c1-200; done; fi ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 """Where a chunked prefill's time goes on a GPU, per cache scheme: the whole prompt chunk by chunk, and one layer's
 pieces at a given past (the cache's update of a chunk, its attention, and the attention's parts).
 
-    python3 bench/prefill_profile.py [--tokens 16384] [--chunk 2048] [--shape llama-3.2-1b] [--dtype float16] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--layer-kv fp16 cal1:2,6 cal1:4,a8] [--repeats 9] [--out DIR]
+    python3 bench/prefill_profile.py [--rounds 1] [--tokens 16384] [--chunk 2048] [--shape llama-3.2-1b] [--dtype float16] [--kv fp16 affine:4 turbo:4 turbo:4/rotated fp16] [--layer-kv fp16 cal1:2,6 cal1:4,a8] [--repeats 9] [--out DIR]
 
 A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PREFILL_PAIR = False`: the route before
 `decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
@@ -12,7 +12,10 @@ last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as 
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
    (model + cache states) before the next; ms per chunk, so a cost that grows with the past shows as a slope, and per
-   chunk the host's graph build and MLX's submission (`mx.async_eval`) of it.
+   chunk the host's graph build and MLX's submission (`mx.async_eval`) of it. With `--rounds R` (R > 1): instead, the
+   --kv passes (distinct schemes, the first the reference) R times in turn, the order reversed every other round, each
+   scheme warmed in the first round only: tokens/s per round with the ratio to that round's first scheme, and the
+   medians (one pass's ratio moved by 10% between runs of one machine: bench/h200_20261201i/).
 2. One layer (8 KV / 32 query heads, head dim 64, float16), past = tokens - chunk quantized tokens, a new chunk: ms of
    `update_and_fetch` of the chunk (trimmed back after each; 'growing': the storage cut to the past first, as a prefill
    chunk finds it), its encode alone (and of transposed inputs, as a model's values come), of the attention over what it returned, and of the
@@ -55,16 +58,19 @@ def timed(fn, repeats):
     return st.median(ts)
 
 
-def whole(model, kv, T, C):
+def whole(model, kv, T, C, warm=True):
+    "ms per chunk of one timed pass of a T-token prompt in chunks of C (after a warm pass of its own unless `warm` is False), peak GB"
     kv = route(kv)
     prompt = mx.random.randint(0, 1000, (1, T))
     calib = bench_calibration(model, [kv], None, 0)[0]   # auto:B: planned as `mlx-kvq bench` plans it (seeded random token ids)
-    warm = bench_caches(model, _bench_scheme(kv), **calib)
-    for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
-    labels = planned_labels(warm)
-    del warm; mx.clear_cache(); mx.reset_peak_memory()
+    if warm:
+        warm = bench_caches(model, _bench_scheme(kv), **calib)
+        for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
+        labels = planned_labels(warm)
+        del warm
+        if labels: print(f"{kv} planned: {labels}", flush=True)
+    mx.clear_cache(); mx.reset_peak_memory()
     cache = bench_caches(model, _bench_scheme(kv), **calib)
-    if labels: print(f"{kv} planned: {labels}", flush=True)
     per, build, submit = [], [], []
     for s in range(0, T, C):
         t = time.perf_counter()
@@ -168,6 +174,7 @@ def main():
     p.add_argument('--kv', nargs='+', default=['fp16', 'affine:4', 'turbo:4'])
     p.add_argument('--repeats', type=int, default=9)
     p.add_argument('--skip-whole', action='store_true')
+    p.add_argument('--rounds', type=int, default=1, help='R > 1: every --kv pass (distinct schemes, the first the reference) timed R times in alternating order, tokens/s per round and the median ratio to the first')
     p.add_argument('--skip-layer', action='store_true', help='the whole model only')
     p.add_argument('--out')
     p.add_argument('--layer-kv', nargs='+', default=None, help='the one-layer pass\'s caches, if not --kv\'s: also the calibrated kinds cal1:K,V, cal:K,V, cal1:K,a8 (`layer_cache`)')
@@ -181,6 +188,20 @@ def main():
             f"{platform.system()} {platform.machine()}, MLX {mx.__version__}, {mx.default_device()}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}" + (f"; knobs {' '.join(knobs)}" if knobs else ""))
     lines, rec = [head], {}
+    if a.rounds > 1:
+        lines.append(f"\n## Whole model, {a.rounds} rounds of every --kv pass (order reversed every other round; each scheme warmed once, in round 1)\n")
+        lines.append("| round | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
+        tps = {kv: [] for kv in a.kv}; warmed = set()
+        for r in range(a.rounds):
+            got = {}
+            for kv in (a.kv if r % 2 == 0 else a.kv[::-1]):
+                per, peak = whole(model, kv, a.tokens, a.chunk, warm=kv not in warmed); warmed.add(kv)
+                got[kv] = a.tokens / sum(per) * 1e3; tps[kv].append(got[kv])
+            lines.append(f"| {r + 1} | " + " | ".join(f"{got[kv]:,.0f} ({got[kv] / got[a.kv[0]]:.2f}x)" for kv in a.kv) + " |"); print(lines[-1], flush=True)
+        lines.append("| median | " + " | ".join(f"{st.median(tps[kv]):,.0f} ({st.median(x / y for x, y in zip(tps[kv], tps[a.kv[0]])):.2f}x)" for kv in a.kv) + " |")
+        print(lines[-1], flush=True)
+        rec['rounds'] = tps
+        a.skip_whole = True
     if not a.skip_whole:
         lines.append("\n## Whole model, ms per chunk (timed pass after a warm one)\n")
         lines.append("| scheme | " + " | ".join(f"chunk {i}" for i in range(a.tokens // a.chunk)) + " | total ms | tokens/s | vs fp16 | peak GB |")

@@ -16,7 +16,7 @@ from .rotation import get_rotation
 from .codecs import Codec, register_codec
 
 # %% auto #0
-__all__ = ['COMPILE_ON_GPU', 'CAL_BSEARCH', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec',
+__all__ = ['COMPILE_ON_GPU', 'CAL_BSEARCH', 'CAL_WHT', 'CUDA_PAIR', 'packed_bytes', 'HalfCodec', 'CalibratedTurboCodec',
            'calibrated_encode_pair', 'calibrated_into_pair', 'calibrated_into_writer', 'QJLKeyCodec']
 
 # %% ../nbs/12a_calibrated.ipynb #0eababe3
@@ -189,7 +189,8 @@ def _cal_offsets(D, bands):
         offs.append((oi, orr, ob, oc))
     return offs, off
 
-CAL_BSEARCH = False   # CUDA (benches: KVQ_KNOBS="CAL_BSEARCH=True", before the first launch): the code of a rotated coordinate found by a binary search of the sorted boundaries (`bits` comparisons) instead of a comparison with each (2**bits - 1: 63 at 6 bits); the same count, so the same codes. Off until timed on a GPU (the pair kernel took 63 us a layer of a 2048-token chunk against the turbo quantize pair's 14, bench/h200_20261201i/)
+CAL_BSEARCH = True   # CUDA (benches: KVQ_KNOBS="CAL_BSEARCH=False", before the first launch): the code of a rotated coordinate found by a binary search of the sorted boundaries (`bits` comparisons) instead of a comparison with each (2**bits - 1: 63 at 6 bits); the same count, so the same codes. On an H200 the pair kernels of a 2048-token chunk of Llama-3.2-1B's `auto:5` took 0.790 ms for 16 layers against 1.030 (Nsight Compute, bench/h200_20261202/)
+CAL_WHT = False      # CUDA (benches: KVQ_KNOBS="CAL_WHT=True", before the first launch): a band whose rotation is one Walsh-Hadamard block (32 to 1024 channels, a power of two) rotated by in-warp butterflies (`_cal_rotate_code`) instead of the dense n x n product read from the constants (4,096 loads and products a row at 64 channels). Off until timed on a GPU
 
 def _code_search(bits, ob):
     """Kernel text declaring `int code`: how many of the 2**bits - 1 ascending boundaries at `C[ob]` lie below `u` (what
@@ -222,19 +223,54 @@ def _cal_quant_source(D, bands, ys, yb, code, gamma, after):
             for (int j = lane; j < {n}; j += 32) {yb}[j] = __fdiv_rn({yb}[j], inv);
             __syncwarp();
             float uc = 0.0f, cc = 0.0f;
-            for (int r = lane; r < {n}; r += 32) {{
+{_cal_rotate_code(n, bits, yb, orr, ob, oc, code(i))}            for (int o = 16; o > 0; o >>= 1) {{ uc += __shfl_xor_sync(0xffffffffu, uc, o); cc += __shfl_xor_sync(0xffffffffu, cc, o); }}
+            if (lane == 0) {gamma(i, '__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f))')}
+{after(i, n, bits)}        }}
+""")
+    return "".join(src)
+
+def _cal_wht(n):
+    "Whether `CAL_WHT` rotates a band of n channels by the in-warp butterflies: its rotation one sign-flipped Walsh-Hadamard block of 32 to 1024"
+    return CAL_WHT and 32 <= n <= 1024 and n & (n - 1) == 0
+
+def _cal_rotate_code(n, bits, yb, orr, ob, oc, code):
+    """Kernel text of a warp rotating a band's normalized channels `yb[]` (n of them) and coding each rotated coordinate
+    `r` (`code`: the statement storing `code`), summing `uc` (rotated . centroid) and `cc` (centroid . centroid) per lane.
+    Dense: lane r takes coordinates r, r + 32, .. as sums over the band of the rotation's row read from the constants
+    (n products each). With `_cal_wht(n)`: the band's rotation is forward(x) = H (signs * x) / sqrt(n) (`HadamardRotation`,
+    one block), so lane l holds channels l*E .. l*E + E - 1 (E = n / 32) times their signs (read off the constants' first
+    rotated row: R[0][j] = signs[j] / sqrt(n)), adds and subtracts them within the lane, then across lanes by shuffles
+    (log2 n steps in all, as the turbo quantize pair kernel does), and codes coordinates l*E + e: another order of sums
+    than the dense product, so a coordinate on a boundary may take its neighbour (the first-use check's tolerance)"""
+    if not _cal_wht(n):
+        return f"""            for (int r = lane; r < {n}; r += 32) {{
                 float u = 0.0f;
                 for (int j = 0; j < {n}; ++j) u = __fmaf_rn(C[{orr} + j * {n} + r], {yb}[j], u);
 {_code_search(bits, ob)}
                 const float c = C[{oc} + code];
                 uc = __fmaf_rn(u, c, uc); cc = __fmaf_rn(c, c, cc);
-                {code(i)}
+                {code}
             }}
-            for (int o = 16; o > 0; o >>= 1) {{ uc += __shfl_xor_sync(0xffffffffu, uc, o); cc += __shfl_xor_sync(0xffffffffu, cc, o); }}
-            if (lane == 0) {gamma(i, '__fdiv_rn(__fmul_rn(nrm, uc), fmaxf(cc, 1e-30f))')}
-{after(i, n, bits)}        }}
-""")
-    return "".join(src)
+"""
+    E = n // 32
+    return f"""            {{
+                float v[{E}];
+                for (int e = 0; e < {E}; ++e) {{ const int j = lane * {E} + e; v[e] = C[{orr} + j * {n}] > 0.0f ? {yb}[j] : -{yb}[j]; }}
+                for (int h = 1; h < {E}; h <<= 1)
+                    for (int e = 0; e < {E}; ++e)
+                        if (!(e & h)) {{ const float a = v[e], b = v[e + h]; v[e] = __fadd_rn(a, b); v[e + h] = __fsub_rn(a, b); }}
+                for (int m = 1; m < 32; m <<= 1)
+                    for (int e = 0; e < {E}; ++e) {{ const float o = __shfl_xor_sync(0xffffffffu, v[e], m); v[e] = (lane & m) ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o); }}
+                for (int e = 0; e < {E}; ++e) {{
+                    const int r = lane * {E} + e;
+                    const float u = __fmul_rn(v[e], {float(np.float32(1 / np.sqrt(n)))!r}f);
+{_code_search(bits, ob)}
+                    const float c = C[{oc} + code];
+                    uc = __fmaf_rn(u, c, uc); cc = __fmaf_rn(c, c, cc);
+                    {code}
+                }}
+            }}
+"""
 
 def _cal_pack_words(x, i, n, bits):
     "Kernel text after band i's gamma in the pair kernel: the band's codes (`cs`) packed into its words of the output row"
@@ -274,7 +310,7 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
     slot .. slot + n - 1 of storages of `capacity` tokens (a plain encode: slot 0, capacity n); `into`: the storages are
     copies of the old ones (inputs after `meta`, each side's parts in order) with those rows replaced, the blocks after the
     quantize blocks copying every other row (a sliding-window ring's decode token)"""
-    key = (Dk, tuple(kb), Dv, tuple(vb), into, CAL_BSEARCH)
+    key = (Dk, tuple(kb), Dv, tuple(vb), into, CAL_BSEARCH, CAL_WHT)
     if key not in _CALK:
         ks, kl = _cal_side_source("k", Dk, kb); vs, vl = _cal_side_source("v", Dv, vb)
         dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
@@ -307,7 +343,7 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
 """
         outs = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("o", "g")]
         olds = [f"{p}{x}{i}" for x, bands in (("k", kb), ("v", vb)) for i in range(len(bands)) for p in ("q", "h")] if into else []
-        name = "mlx_kvq_calibrated_" + ("bsearch_" if CAL_BSEARCH else "") + ("into" if into else "pair")   # MLX caches compiled modules by name
+        name = "mlx_kvq_calibrated_" + ("bsearch_" if CAL_BSEARCH else "") + ("wht_" if CAL_WHT else "") + ("into" if into else "pair")   # MLX caches compiled modules by name
         _CALK[key] = (make_kernel("cuda", name, ["xk", "xv", "ck", "cv", "meta", *olds], outs, src), kl, vl)
     return _CALK[key]
 
@@ -364,7 +400,7 @@ def _cal_meta(*values):
 
 def _cal_reference(kc, xk, vc, xv): return tuple(kc._encode(xk)), tuple(vc._encode(xv))
 def _cal_class(kc, xk, vc, xv):
-    return (xk.shape[-1], tuple(_cal_bands(kc, xk.shape[-1])), xv.shape[-1], tuple(_cal_bands(vc, xv.shape[-1])), str(xk.dtype), CAL_BSEARCH)   # each code search verified on its own first use
+    return (xk.shape[-1], tuple(_cal_bands(kc, xk.shape[-1])), xv.shape[-1], tuple(_cal_bands(vc, xv.shape[-1])), str(xk.dtype), CAL_BSEARCH, CAL_WHT)   # each code search and rotation verified on its own first use
 
 def _cal_agree(out, ref, kc, xk, vc, xv):
     """None if the kernel's parts are the reference's up to rounding: codes equal but for neighbours at no more than one

@@ -97,6 +97,60 @@ def test_a_wrong_binary_search_is_refused(emulated, monkeypatch, mutation):
     assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
 
 
+def _codes_close(got, want, codec, D):
+    "Each band's codes equal but for neighbours at no more than one in 1,000 (and one), gammas within 5e-3 relative"
+    for (idx, b), w, g, rw, rg in zip(codec.bands(D), got[0::2], got[1::2], want[0::2], want[1::2]):
+        n = D if idx is None else len(idx)
+        a, e = Cal.unpack_codes(w, b, n).astype(mx.int32), Cal.unpack_codes(rw, b, n).astype(mx.int32)
+        d = (a != e).sum().item()
+        assert (mx.abs(a - e) <= 1).all().item() and d <= max(1, a.size // 1000), d
+        assert mx.allclose(g.astype(mx.float32), rg.astype(mx.float32), rtol=5e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize('kb,vb,D,outl,dtype,L', [(4, 3, 64, 0, mx.float16, 1), (2, 6, 64, 0, mx.float32, 3), (5, 4, 80, 16, mx.float32, 2),
+                                                  (6, 5, 256, 32, mx.float16, 1), (3, 7, 128, 0, mx.float32, 2)])
+def test_the_butterfly_rotation_is_each_sides_encode(emulated, monkeypatch, kb, vb, D, outl, dtype, L):
+    """With `CAL_WHT`, a band whose rotation is one Walsh-Hadamard block of 32 to 1024 channels (64, 128; the 32-channel
+    outlier band of d256) is rotated by in-warp butterflies, the others (224, 80's 64 + 16: the 16) by the dense product:
+    the first-use check passes, each side's parts are the reference's (codes equal but for boundary neighbours, gammas to
+    a float16 step) and decode to within the codecs' own rounding of the reference's"""
+    monkeypatch.setattr(Cal, 'CAL_WHT', True)
+    kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1, centred=outl == 0)
+    src = Cal._cal_side_source('k', D, Cal._cal_bands(kc, D))[0]
+    assert src.count('__shfl_xor_sync(0xffffffffu, v[e], m)') == sum(Cal._cal_wht(n) for n, _, _ in Cal._cal_bands(kc, D)) >= 1   # the knob picks the butterflies where the block allows
+    xk, xv = _x((2, 3, L, D), dtype, 11), _x((2, 3, L, D), dtype, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is True
+    ref = (kc._encode(xk), vc._encode(xv))
+    for side, want, c in ((got[0], ref[0], kc), (got[1], ref[1], vc)):
+        assert len(side) == len(want) == 2 * len(c.bands(D))
+        assert all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(side, want))
+        _codes_close(side, want, c, D)
+        assert mx.allclose(c.decode(side), c.decode(want), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize('mutation', [("? {yb}[j] : -{yb}[j]", "? {yb}[j] : {yb}[j]"),           # the signs dropped
+                                      ("(lane & m) ? __fsub_rn(o, v[e])", "(lane & m) ? __fsub_rn(v[e], o)")])   # a butterfly's difference the wrong way round
+def test_a_wrong_butterfly_is_refused(emulated, monkeypatch, mutation):
+    "Not vacuous for `CAL_WHT`: butterflies without the signs, or with a difference reversed, are refused by the first-use check, and the reference answers"
+    monkeypatch.setattr(Cal, 'CAL_WHT', True)
+    orig = Cal._cal_rotate_code
+    def wrong(n, bits, yb, *a):
+        src = orig(n, bits, yb, *a); old = mutation[0].replace('{yb}', yb)
+        assert old in src
+        return src.replace(old, mutation[1].replace('{yb}', yb))
+    monkeypatch.setattr(Cal, '_cal_rotate_code', wrong)
+    kc, vc = _codec(4, 64, 0, 0), _codec(3, 64, 0, 1)
+    xk, xv = _x((1, 2, 3, 64), mx.float32, 13), _x((1, 2, 3, 64), mx.float32, 14)
+    with pytest.warns(RuntimeWarning, match='calibrated pair.*disagrees'):
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is False
+    ref = (kc._encode(xk), vc._encode(xv))
+    assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
+
+
 def test_the_pair_kernel_declines_what_it_does_not_take(emulated, monkeypatch):
     "Keys and values of other shapes or dtypes, other codecs, CUDA_PAIR off, off CUDA: each side's own encode (the same parts), nothing launched"
     from mlx_kvq.turbo_codec import TurboCodec
@@ -249,20 +303,22 @@ def test_decode_is_the_reference_arithmetic(bits, D, outl, centred, dtype):
 
 
 @pytest.mark.skipif(not ptxas_available(), reason='needs nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12')
-@pytest.mark.parametrize('bsearch', [False, True], ids=['scan', 'bsearch'])
+@pytest.mark.parametrize('bsearch,wht', [(False, False), (True, False), (True, True)], ids=['scan', 'bsearch', 'bsearch-wht'])
 @pytest.mark.parametrize('into', [False, True], ids=['pair', 'ring'])
-def test_the_calibrated_kernels_compile(monkeypatch, bsearch, into):
+def test_the_calibrated_kernels_compile(monkeypatch, bsearch, wht, into):
     """The pair and ring kernels (auto:B's Llama-shaped bands: 2-bit keys and 6-bit values at d64, and an outlier band at
-    d128) compiled by NVRTC + ptxas for sm_90, with either code search (`CAL_BSEARCH`), float16 inputs: no spills"""
+    d128) compiled by NVRTC + ptxas for sm_90, with either code search (`CAL_BSEARCH`), with the dense rotation or the
+    butterflies (`CAL_WHT`), float16 inputs: no spills"""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
     import cuda_registers as CR
     monkeypatch.setattr(Cal, 'CAL_BSEARCH', bsearch)
+    monkeypatch.setattr(Cal, 'CAL_WHT', wht)
     monkeypatch.setattr(Cal, '_CALK', {})
     got = {}
     monkeypatch.setattr(Cal, 'make_kernel', lambda backend, name, ins, outs, src, **kw: got.update(name=name, ins=ins, outs=outs, src=src) or object())
     for kb, vb in (([(64, 2, False)], [(64, 6, False)]), ([(112, 3, True), (16, 4, True)], [(128, 5, False)])):
         Cal._cal_kernel(kb[0][0] + sum(n for n, _, _ in kb[1:]), kb, 128 if len(kb) > 1 else 64, vb, into)
-        assert ('? s : 0' in got['src']) is bsearch and got['name'].endswith('into' if into else 'pair')
+        assert ('? s : 0' in got['src']) is bsearch and ('v[e], m)' in got['src']) is wht and got['name'].endswith('into' if into else 'pair')
         ins = [('xk', '__half'), ('xv', '__half'), ('ck', 'float'), ('cv', 'float'), ('meta', 'int32_t')]
         ins += [(n, 'uint32_t' if n[0] == 'q' else '__half') for n in got['ins'][5:]]
         outs = [(n, 'uint32_t' if n[0] == 'o' else '__half') for n in got['outs']]

@@ -1215,3 +1215,27 @@ def test_float4_softmax(monkeypatch):
     assert '#define KVQ_EXP(x) __expf(x)' in head() and '#define KVQ_EXP(x) __expf(x)' in dec()
     monkeypatch.setattr(AK, 'FEXP', False)
     assert '#define KVQ_EXP(x) expf(x)' in head() and '__expf' not in head() and '__expf' not in dec()
+
+
+BUTTERFLY = [c for c in STAGED if c[1] == 'cal1'] + [('calibrated one-band 3 / one-band 5 d128 G8 B2', 'cal1both', None, 2, 1, 8, 128, 300, 8)]
+
+@pytest.mark.parametrize('case', BUTTERFLY, ids=[c[0] for c in BUTTERFLY])
+def test_staged_calibrated_tokens_with_butterflies(monkeypatch, case):
+    """With `calibrated.CAL_WHT` (a band whose rotation is one Walsh-Hadamard block rotated by in-warp butterflies), the
+    decode kernel's staged calibrated tokens, quantized by the pair kernel's text, still attend as the reference's
+    within the final tolerance, and as the same kernel over those tokens stored by the (emulated) pair kernel up to
+    float32 rounding: the staged codes are the stored ones"""
+    from mlx_kvq import calibrated as Cal
+    monkeypatch.setattr(Cal, 'CAL_WHT', True)
+    monkeypatch.setattr(A, '_KERNELS', {})          # kernels built under the knob
+    made = []
+    orig = Cal._cal_rotate_code
+    monkeypatch.setattr(Cal, '_cal_rotate_code', lambda n, *a: made.append(Cal._cal_wht(n)) or orig(n, *a))
+    name, kc, vc, B, Hkv, G, D, n, cap = case
+    kc, vc = (E.calibrated(3, 0, D, outliers=False), E.calibrated(5, 1, D, outliers=False)) if kc == 'cal1both' else _pair(kc, vc, D)
+    for T in (1, cap):
+        err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, cap)
+        assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
+    assert any(made)                                # the staged tokens' text took the butterflies
+    err = E.check_staged(kc, vc, B, Hkv, G, D, n, cap // 2 + 1, cap, dtype=mx.float32, stored=True)
+    assert err is not None and err <= 2e-6, (name, err)
