@@ -174,7 +174,7 @@ class CachedSide:
     @property
     def shape(self):
         "(B, H, L, D) as if it were an array of keys or values (D is that of the exact tokens)"
-        ref = next(x for x in (self.head, self.tail, *(self.parts or ())) if x is not None)
+        ref = next(x for x in (self.head, self.tail, *(self.storage or ())) if x is not None)   # (the storage: batch and heads without slicing it to `parts`)
         d = self.head.shape[-1] if self.head is not None else (self.tail.shape[-1] if self.tail is not None else None)
         return (ref.shape[0], ref.shape[1], self._len(self.head) + self.n_quantized + self._len(self.tail), d)
     def dequantize(self, dtype=mx.float32):

@@ -147,7 +147,8 @@ class CodecKVCache(_BaseCache):
             def grown(parts, new):
                 out = []
                 for i, x in enumerate(new):
-                    pieces = ([parts[i][..., :prev, :]] if parts is not None and prev else []) + [x]
+                    held = None if parts is None or not prev else parts[i] if parts[i].shape[-2] == prev else parts[i][..., :prev, :]   # (a storage filled to capacity: no slice)
+                    pieces = ([] if held is None else [held]) + [x]
                     if grow > n: pieces.append(mx.zeros((*x.shape[:-2], grow - n, x.shape[-1]), dtype=x.dtype))
                     out.append(pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-2))
                 return tuple(out)
