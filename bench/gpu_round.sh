@@ -101,6 +101,7 @@
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 #       prefill5 (the 16K prefill with the calibration undone in the pair launch: Llama-3.2-1B fp16 / auto:5 / turbo:4 / fp16 / auto:5, then Gemma 3 1B fp16 / auto:5 / fp16)
 #       graphcache (MLX CUDA graph cache of 4,000 graphs against 400: the 16K prefill fp16 / auto:5 / fp16 / auto:5, about 6 min)
+#       appendrounds (turbo:4 with / without the fused append, 5 alternating rounds in one process: do 8 fewer launches a layer show? about 4 min)
 #       calwht (CAL_WHT's GPU checks and Nsight chunk (T=check), then the prefill by rounds per process without / with it (T=time): two calls of about 5 min)
 #       prefround (CAL_BSEARCH on: the calibrated kernels' GPU checks, then the 16K prefill by alternating rounds, then again with a 4,000-graph MLX cache: about 9 min)
 #       calbsearch (CAL_BSEARCH off / on: auto:5's last prefill chunk under Nsight Compute, then the 16K prefill alternating)
@@ -625,6 +626,8 @@ case $part in
            python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
          else for k in "CAL_WHT=False" "CAL_WHT=True" "CAL_WHT=False" "CAL_WHT=True"; do f="$O/rounds_$(echo $k | tr '=' '_')_$RANDOM.log"
            KVQ_KNOBS="$k" timeout ${T3:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 --rounds ${R:-3} --skip-layer > "$f" 2>&1; echo "== $k"; grep -E "^\\| (median)|Error|reference" "$f" | tail -2 | cut -c1-200; done; fi ;;
+  appendrounds) # launches per layer as a lever, measured by rounds: turbo:4 with packing.APPEND (the pair kernel writes into the grown storages: 4 fewer concatenations, 8 fewer copy launches a layer) against without, in one process (SCHEME/append, SCHEME/noappend), 5 alternating rounds with fp16 first (single passes could not tell them apart on 2026-11-28: bench/h200_20261128d/); about 4 min
+         timeout ${T1:-300} python3 bench/prefill_profile.py --kv fp16 turbo:4/noappend turbo:4/append --rounds ${R:-5} --skip-layer > "$O/rounds.log" 2>&1; grep -E "^\\| [0-9m]|Error|reference" "$O/rounds.log" | tail -6 | cut -c1-300 ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
