@@ -31,6 +31,15 @@ def _codec(bits, D, outliers, seed, centred=True):
 def _x(shape, dtype, key): return (mx.random.normal(shape, key=mx.random.key(key)) * 2).astype(dtype)
 
 
+def _verified_pair(kc, vc, xk, xv):
+    "(the pair kernel's parts, each side's `_encode`) of one update, the kernel's first-use check passed without a warning"
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        got = kc.encode_pair(vc, xk, xv)
+    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is True
+    return got, (kc._encode(xk), vc._encode(xv))
+
+
 @pytest.mark.parametrize('kb,vb,D,outl,dtype,L', [(5, 4, 64, 8, mx.float32, 3), (4, 3, 64, 0, mx.float16, 1), (3, 2, 96, 0, mx.float32, 2),
                                                   (6, 5, 256, 32, mx.float16, 1), (8, 1, 128, 0, mx.float32, 1), (2, 7, 80, 16, mx.float16, 2)])
 @pytest.mark.parametrize('bsearch', [False, True], ids=['scan', 'bsearch'])
@@ -43,11 +52,7 @@ def test_the_pair_kernel_is_each_sides_encode(emulated, monkeypatch, kb, vb, D, 
     assert ('? s : 0' in Cal._cal_side_source('k', D, [(D, kb, False)])[0]) is bsearch   # the knob picks the search's text
     kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1, centred=outl == 0)
     xk, xv = _x((2, 3, L, D), dtype, 1), _x((2, 3, L, D), dtype, 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        got = kc.encode_pair(vc, xk, xv)
-    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is True
-    ref = (kc._encode(xk), vc._encode(xv))
+    got, ref = _verified_pair(kc, vc, xk, xv)
     for side, want, c in ((got[0], ref[0], kc), (got[1], ref[1], vc)):
         assert len(side) == len(want) == 2 * len(c.bands(D))
         for a, b in zip(side, want):
@@ -119,11 +124,7 @@ def test_the_butterfly_rotation_is_each_sides_encode(emulated, monkeypatch, kb, 
     src = Cal._cal_side_source('k', D, Cal._cal_bands(kc, D))[0]
     assert src.count('__shfl_xor_sync(0xffffffffu, v[e], m)') == sum(Cal._cal_wht(n) for n, _, _ in Cal._cal_bands(kc, D)) >= 1   # the knob picks the butterflies where the block allows
     xk, xv = _x((2, 3, L, D), dtype, 11), _x((2, 3, L, D), dtype, 12)
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        got = kc.encode_pair(vc, xk, xv)
-    assert Cal._CALGUARD['cuda'].state[Cal._cal_class(kc, xk, vc, xv)] is True
-    ref = (kc._encode(xk), vc._encode(xv))
+    got, ref = _verified_pair(kc, vc, xk, xv)
     for side, want, c in ((got[0], ref[0], kc), (got[1], ref[1], vc)):
         assert len(side) == len(want) == 2 * len(c.bands(D))
         assert all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(side, want))
