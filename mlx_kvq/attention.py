@@ -362,11 +362,12 @@ def _pair_prefill(queries, keys, values, scale, mask, sinks):
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask, sinks=sinks)
 
 def _value_dim(values, D):
-    "Head dim of the values (it may differ from the keys')"
-    if values.shape[-1] is not None: return values.shape[-1]
+    "Head dim of the values (it may differ from the keys'): their exact tokens', else their codec's (read off shapes, nothing sliced: a prefill chunk asks it every layer)"
+    x = values.head if values.head is not None else values.tail
+    if x is not None: return x.shape[-1]
     c = values.codec
     if getattr(c, 'dim', None): return c.dim
-    if type(c) is AffineCodec: return values.parts[0].shape[-1] * 32 // c.bits
+    if type(c) is AffineCodec: return values.storage[0].shape[-1] * 32 // c.bits
     return D
 
 # %% ../nbs/03b_attention.ipynb #3122e19a

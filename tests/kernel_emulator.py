@@ -8,7 +8,7 @@ reference without a GPU (the GPU check, bench/check_fused_cuda.py, proves the re
 
     python3 tests/kernel_emulator.py           # every configuration below; needs g++ >= 11 (C++20)
 tests/test_kernel_emulation.py runs it in the test suite."""
-import contextlib, ctypes, hashlib, math, re, subprocess, sys, tempfile
+import contextlib, ctypes, hashlib, math, os, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 import mlx.core as mx
@@ -173,6 +173,23 @@ MACROS = r"""
 #define KVQ_LDG4(x, y, z, w, p) do { (x) = (p)[0]; (y) = (p)[1]; (z) = (p)[2]; (w) = (p)[3]; } while (0)
 """
 _LIBS = {}
+_BUILT = os.environ.get('KVQ_EMULATOR_CACHE') or os.path.join(tempfile.gettempdir(), f'mlx_kvq_emulator_{os.getuid()}')
+
+def _built(key, code, flags):
+    """The path of the shared library of `code` (its hash `key`, flags included), compiled once per machine into
+    `_BUILT` ($KVQ_EMULATOR_CACHE, else a folder under the temp dir): the test workers and later runs load a kernel
+    another compiled instead of compiling it again. Written whole or not at all (compiled beside it, then renamed)"""
+    path = os.path.join(_BUILT, key + '.so')
+    if os.path.exists(path): return path
+    os.makedirs(_BUILT, exist_ok=True)
+    d = tempfile.mkdtemp(dir=_BUILT)
+    try:
+        with open(f'{d}/k.cpp', 'w') as f: f.write(code)
+        r = subprocess.run(['g++', *flags, f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
+        if r.returncode: raise RuntimeError(r.stderr[-4000:])
+        os.replace(f'{d}/k.so', path)
+    finally: shutil.rmtree(d, ignore_errors=True)
+    return path
 
 def _expand_includes(src):
     "`packing.INCLUDE`'s short bodies: each `#include` of a written body replaced by the file's text (what NVRTC reads)"
@@ -238,13 +255,10 @@ def compile_kernel(source, ins, outs, head=""):
     return g_stuck ? 1 + g_bx + GX * g_by : 0;
 }
 """
-    key = hashlib.sha1(code.encode()).hexdigest()[:16]
+    flags = ['-std=c++20', '-O0', '-shared', '-fPIC', '-w']
+    key = hashlib.sha1((' '.join(flags) + '\n' + code).encode()).hexdigest()[:24]
     if key not in _LIBS:
-        d = tempfile.mkdtemp()
-        with open(f'{d}/k.cpp', 'w') as f: f.write(code)
-        r = subprocess.run(['g++', '-std=c++20', '-O0', '-shared', '-fPIC', '-w', f'{d}/k.cpp', '-o', f'{d}/k.so'], capture_output=True, text=True)
-        if r.returncode: raise RuntimeError(r.stderr[-4000:])
-        _LIBS[key] = ctypes.CDLL(f'{d}/k.so')
+        _LIBS[key] = ctypes.CDLL(_built(key, code, flags))
     lib = _LIBS[key]
     def launch(arrays, outputs, gx, gy, nthreads):
         cargs, keep = [], []
