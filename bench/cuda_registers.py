@@ -4,6 +4,7 @@ outputs), compiled by NVRTC to PTX and assembled by `ptxas -v` for sm_90 (H100/H
 
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12   # NVIDIA's wheels, no GPU needed
     python3 bench/cuda_registers.py [--arch sm_90] [--sass] [--loops] [--set NAME=VALUE ...]
+    python3 bench/cuda_registers.py --pair [--set CAL_WHT=True]   # the calibrated pair / ring kernels instead
     # --sass: + pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; --loops: the instructions of each token loop (and its spill loads / stores)
     # (a backward branch around tensor-core products: the tile loops); --set: kernel knobs, e.g. --set LEAN=False
 
@@ -122,6 +123,22 @@ CONFIGS = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 128), ('turbo:3'
            ('affine:8,4', AffineCodec(8), AffineCodec(4), 4, 128), ('affine:4', AffineCodec(4), AffineCodec(4), 4, 128),
            ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 4, 256), ('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 8, 64)]
 
+CAL_PAIRS = {'llama 2/6 d64': ([(64, 2, False)], [(64, 6, False)]), 'outliers 3+4 / 5 d128': ([(112, 3, True), (16, 4, True)], [(128, 5, False)])}
+
+def compile_cal_pair(kb, vb, into=False, arch='sm_90'):
+    """(registers, spilled bytes, {name, ins, outs, src}) of the calibrated pair kernel (the ring kernel with `into`) for
+    key / value bands kb / vb ([(n, bits, has_idx)]), float16 inputs, as the knobs stand (`CAL_BSEARCH`, `CAL_WHT`)"""
+    from mlx_kvq import calibrated as Cal
+    got, keep = {}, (Cal.make_kernel, Cal._CALK)
+    Cal.make_kernel, Cal._CALK = (lambda backend, name, ins, outs, src, **kw: got.update(name=name, ins=ins, outs=outs, src=src) or object()), {}
+    try: Cal._cal_kernel(sum(n for n, _, _ in kb), kb, sum(n for n, _, _ in vb), vb, into)
+    finally: Cal.make_kernel, Cal._CALK = keep
+    ins = [('xk', '__half'), ('xv', '__half'), ('ck', 'float'), ('cv', 'float'), ('meta', 'int32_t')]
+    ins += [(n, 'uint32_t' if n[0] == 'q' else '__half') for n in got['ins'][5:]]
+    outs = [(n, 'uint32_t' if n[0] == 'o' else '__half') for n in got['outs']]
+    regs, spill, _ = compile_ptxas('cal', wrap('cal', "using T = __half;\nconstexpr int WARPS = 4;\n" + got['src'], ins, outs), arch)
+    return regs, spill, got
+
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(); ap.add_argument('--arch', default='sm_90')
     ap.add_argument('--sass', action='store_true', help='also count the SASS instructions by opcode (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)')
@@ -138,12 +155,19 @@ if __name__ == '__main__':
     ap.add_argument('--cal-dims', nargs='+', type=int, default=[128, 256], metavar='D', help="with --cal: the head dims (default 128 256; 64: Llama-3.2-1B's)")
     ap.add_argument('--one-band', action='store_true', help="with --cal: one band a side, no outlier band (what `auto:B` labels tqBcs: its plan for Llama-3.2-1B's layers); labels cal1:K,V")
     ap.add_argument('--float64-centroids', action='store_true', help="with --cal: codecs with the float64 codebooks of configs saved before 2026-12-01 (half_centroids=False: tables with low parts, VTLO)")
+    ap.add_argument('--pair', action='store_true', help="instead: the calibrated pair and ring kernels of `CAL_PAIRS` (e.g. --set CAL_WHT=True)")
     ap.add_argument('--only', default=None, help='only the configurations whose label contains this text')
     ap.add_argument('--unmasked', action='store_true', help="the kernels of calls without a mask (an int32 placeholder as the mask input, `attention._mask_input`: every decode step's); default: a masked call's (float32)")
     ap.add_argument('--lb', type=int, default=None, help='the resident blocks an SM the kernels are compiled for (default LB; LB_FEW = 2: one-KV-head calls)')
     args = ap.parse_args()
     from knobs import apply_knobs
     apply_knobs(args.set)   # knobs of attention_kernels, attention, packing or calibrated; an unknown name stops the run
+    if args.pair:
+        for label, (kb, vb) in CAL_PAIRS.items():
+            for into in (False, True):
+                regs, spill, got = compile_cal_pair(kb, vb, into, args.arch)
+                print(f"{got['name']} {label}: {regs} registers, {spill} bytes spilled ({args.arch})")
+        raise SystemExit(0)
     configs = list(CONFIGS)
     if args.cal:
         import numpy as np

@@ -100,7 +100,6 @@
 #       vpackgemma (VPACK_LB=2, on since 2026-11-30: VPACK at head dim 256 in Gemma's one-KV-head calls, Nsight Compute at 131K against it off)
 #       vtlochk (VTLO's GPU checks: check_fused_cuda's calibrated cases and the 24K calibrated decode steps, in parallel, cut at LIMIT (300) s)
 #       prefill5 (the 16K prefill with the calibration undone in the pair launch: Llama-3.2-1B fp16 / auto:5 / turbo:4 / fp16 / auto:5, then Gemma 3 1B fp16 / auto:5 / fp16)
-#       graphcache (MLX CUDA graph cache of 4,000 graphs against 400: the 16K prefill fp16 / auto:5 / fp16 / auto:5, about 6 min)
 #       appendrounds (turbo:4 with / without the fused append, 5 alternating rounds in one process: do 8 fewer launches a layer show? about 4 min)
 #       calwht (CAL_WHT's GPU checks and Nsight chunk (T=check), then the prefill by rounds per process without / with it (T=time): two calls of about 5 min)
 #       prefround (CAL_BSEARCH on: the calibrated kernels' GPU checks, then the 16K prefill by alternating rounds, then again with a 4,000-graph MLX cache: about 9 min)
@@ -605,10 +604,6 @@ case $part in
          python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
          for k in "CAL_BSEARCH=False" "CAL_BSEARCH=True" "CAL_BSEARCH=False" "CAL_BSEARCH=True"; do KVQ_KNOBS="$k" timeout ${LIMIT:-100} python3 bench/prefill_profile.py --kv fp16 auto:5 --skip-layer > "$O/prefill_$(echo $k | tr = _).log" 2>&1
            echo "== $k"; grep -E "^\| [a-z]|reference" "$O/prefill_$(echo $k | tr = _).log" | tail -2; done ;;
-  graphcache) # MLX's CUDA graph cache (MLX_CUDA_GRAPH_CACHE_SIZE, 400 executable graphs by default, read at start; graphs on / their size were no lever in bench/h200_20261128d/) against the second auto:5 pass's slowdown (bench/h200_20261201i/): the 16K prefill fp16 / auto:5 / fp16 / auto:5 per process, default then 4,000 then default (about 6 min)
-         for e in default MLX_CUDA_GRAPH_CACHE_SIZE=4000 default2; do f="$O/prefill_$(echo $e | tr '=' '_').log"
-           env $(case $e in default*) ;; *) echo $e ;; esac) timeout ${LIMIT:-150} python3 bench/prefill_profile.py --kv fp16 auto:5 fp16 auto:5 --skip-layer > "$f" 2>&1
-           echo "== $e"; grep -E "^\\| [a-z]|build|submit|Error|reference" "$f" | head -14 | cut -c1-200; done ;;
   prefround) # CAL_BSEARCH on (the default since 2026-12-02): the calibrated pair / ring kernels and staged tokens on the GPU (check_calibrated_cuda, check_staged_cuda, in parallel), then the 16K prefill by rounds (prefill_profile --rounds: fp16 / auto:5 / turbo:4 alternating, medians), then the same rounds with a 4,000-graph MLX graph cache (about 9 min on a fresh start)
          mkdir -p "$O/cal" "$O/staged"
          timeout ${T1:-200} python3 bench/check_calibrated_cuda.py > "$O/cal/check.log" 2>&1 &
@@ -624,7 +619,7 @@ case $part in
            for k in "CAL_WHT=False" "CAL_WHT=True"; do f="$O/ncu_auto5_$(echo $k | tr '=' '_').csv"
              KVQ_KNOBS="$k" timeout ${T2:-150} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv python3 bench/prefill_chunk_ncu.py auto:5 > "$f" 2> "${f%.csv}.err"; done
            python3 bench/prefill_chunk_ncu.py --parse "$O"/ncu_*.csv | tee "$O/kernels.txt"
-         else for k in "CAL_WHT=False" "CAL_WHT=True" "CAL_WHT=False" "CAL_WHT=True"; do f="$O/rounds_$(echo $k | tr '=' '_')_$RANDOM.log"
+         else i=0; for k in "CAL_WHT=False" "CAL_WHT=True" "CAL_WHT=False" "CAL_WHT=True"; do i=$((i + 1)); f="$O/rounds${i}_$(echo $k | tr '=' '_').log"
            KVQ_KNOBS="$k" timeout ${T3:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 --rounds ${R:-3} --skip-layer > "$f" 2>&1; echo "== $k"; grep -E "^\\| (median)|Error|reference" "$f" | tail -2 | cut -c1-200; done; fi ;;
   appendrounds) # launches per layer as a lever, measured by rounds: turbo:4 with packing.APPEND (the pair kernel writes into the grown storages: 4 fewer concatenations, 8 fewer copy launches a layer) against without, in one process (SCHEME/append, SCHEME/noappend), 5 alternating rounds with fp16 first (single passes could not tell them apart on 2026-11-28: bench/h200_20261128d/); about 4 min
          timeout ${T1:-300} python3 bench/prefill_profile.py --kv fp16 turbo:4/noappend turbo:4/append --rounds ${R:-5} --skip-layer > "$O/rounds.log" 2>&1; grep -E "^\\| [0-9m]|Error|reference" "$O/rounds.log" | tail -6 | cut -c1-300 ;;

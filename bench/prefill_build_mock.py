@@ -8,7 +8,7 @@ A Llama-3.2-1B-like model of random weights (16 layers, 32 query / 8 KV heads, h
 runs its chunks quickly), float32; `auto:5` planned on the real path first. ROUNDS (default 6) alternate fp16 and
 `auto:5` passes of a 1,024-token prompt in 256-token chunks (the order reversed every other round); the medians of the
 build ms per chunk (each pass's first chunk left out) and auto:5's excess over fp16. Ratios and differences measured
-side by side in one run are the result; absolute times are this machine's (2026-12-02, this CPU: the excess went
+side by side in one run are the result; absolute times are this machine's (2026-12-02, this CPU, 8 rounds: the excess went
 3.35 -> 2.33 ms with `CachedSide.shape` reading the storage unsliced and full storages grown without a slice)."""
 import sys, time, importlib, statistics as st
 from pathlib import Path

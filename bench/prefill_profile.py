@@ -64,10 +64,10 @@ def whole(model, kv, T, C, warm=True):
     prompt = mx.random.randint(0, 1000, (1, T))
     calib = bench_calibration(model, [kv], None, 0)[0]   # auto:B: planned as `mlx-kvq bench` plans it (seeded random token ids)
     if warm:
-        warm = bench_caches(model, _bench_scheme(kv), **calib)
-        for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=warm))
-        labels = planned_labels(warm)
-        del warm
+        first = bench_caches(model, _bench_scheme(kv), **calib)
+        for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=first))
+        labels = planned_labels(first)
+        del first
         if labels: print(f"{kv} planned: {labels}", flush=True)
     mx.clear_cache(); mx.reset_peak_memory()
     cache = bench_caches(model, _bench_scheme(kv), **calib)
@@ -181,6 +181,8 @@ def main():
     p.add_argument('--shape', default='llama-3.2-1b', help='the whole model pass: a named shape of random weights (the layer pass keeps Llama-3.2-1B\'s attention shape)')
     p.add_argument('--dtype', default='float16', choices=['float16', 'float32'])
     a = p.parse_args()
+    if a.rounds < 1: p.error(f"--rounds must be 1 or more, got {a.rounds}")
+    if a.rounds > 1 and len(set(a.kv)) != len(a.kv): p.error(f"--rounds times each --kv scheme once a round: name each once (got {' '.join(a.kv)})")
     knobs = apply_knobs()
     install()
     model = shape_model(a.shape, getattr(mx, a.dtype))
@@ -191,16 +193,17 @@ def main():
     if a.rounds > 1:
         lines.append(f"\n## Whole model, {a.rounds} rounds of every --kv pass (order reversed every other round; each scheme warmed once, in round 1)\n")
         lines.append("| round | " + " | ".join(a.kv) + " |"); lines.append("| --- |" + " ---: |" * len(a.kv))
-        tps = {kv: [] for kv in a.kv}; warmed = set()
+        tps, peaks = {kv: [] for kv in a.kv}, {kv: [] for kv in a.kv}
         for r in range(a.rounds):
             got = {}
             for kv in (a.kv if r % 2 == 0 else a.kv[::-1]):
-                per, peak = whole(model, kv, a.tokens, a.chunk, warm=kv not in warmed); warmed.add(kv)
-                got[kv] = a.tokens / sum(per) * 1e3; tps[kv].append(got[kv])
+                per, peak = whole(model, kv, a.tokens, a.chunk, warm=r == 0)
+                got[kv] = a.tokens / sum(per) * 1e3; tps[kv].append(got[kv]); peaks[kv].append(peak)
             lines.append(f"| {r + 1} | " + " | ".join(f"{got[kv]:,.0f} ({got[kv] / got[a.kv[0]]:.2f}x)" for kv in a.kv) + " |"); print(lines[-1], flush=True)
         lines.append("| median | " + " | ".join(f"{st.median(tps[kv]):,.0f} ({st.median(x / y for x, y in zip(tps[kv], tps[a.kv[0]])):.2f}x)" for kv in a.kv) + " |")
-        print(lines[-1], flush=True)
-        rec['rounds'] = tps
+        lines.append("| peak GB (largest) | " + " | ".join(f"{max(peaks[kv]):.2f}" for kv in a.kv) + " |")
+        print(*lines[-2:], sep="\n", flush=True)
+        rec['rounds'] = dict(tokens_per_s=tps, peak_gb=peaks)
         a.skip_whole = True
     if not a.skip_whole:
         lines.append("\n## Whole model, ms per chunk (timed pass after a warm one)\n")
