@@ -7,7 +7,8 @@ A scheme written `SCHEME/previous` (or `SCHEME/rotated`) runs with `attention.PR
 `decode_turbo_pair` / `decode_affine_pair` (turbo: the queries and output rotated, each side's past decoded in the rotated
 space; affine: each side dequantized by MLX from slices); `SCHEME/append` with `packing.APPEND = True` (a turbo pair's
 growing update quantized straight into the grown storages by `quantize_append_pair`; `SCHEME/noappend`, as every other
-entry: the pair kernel and four concatenations, the default); a scheme named twice (e.g. fp16 first and
+entry: the pair kernel and four concatenations, the default); `SCHEME/plaintext` with each codec's config encoded afresh at
+every `state` (as before 2026-12-02: `Codec.config_json` remembers it); a scheme named twice (e.g. fp16 first and
 last) is timed twice, the ratios against the first fp16. `KVQ_KNOBS` applies as in the other GPU benches.
 
 1. Whole model (Llama-3.2-1B shape, random weights, float16): a warm pass, then the timed pass, each chunk evaluated
@@ -30,7 +31,7 @@ import mlx.core as mx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_kvq.bench import shape_model, bench_caches, _bench_scheme, bench_calibration, planned_labels
 from mlx_kvq.integrate import install
-from mlx_kvq import attention as A, packing as PK
+from mlx_kvq import attention as A, packing as PK, codecs as CD
 from mlx_kvq.turbo_codec import TurboCodec
 from mlx_kvq.packing import rotate_rows
 from mlx_lm.models.cache import KVCache
@@ -41,11 +42,14 @@ from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.qcache import CodecKVCache
 
 
+_CONFIG_JSON = CD.Codec.config_json
+
 def route(kv):
-    "The scheme of a --kv entry; sets attention.PREFILL_PAIR and packing.APPEND for what follows"
+    "The scheme of a --kv entry; sets attention.PREFILL_PAIR, packing.APPEND and how codecs encode their configs for what follows"
     base, _, how = kv.partition('/')
     A.PREFILL_PAIR = how not in ('rotated', 'previous')
     PK.APPEND = how == 'append'
+    CD.Codec.config_json = (lambda self: json.dumps(self.config(), sort_keys=True)) if how == 'plaintext' else _CONFIG_JSON
     return base
 
 

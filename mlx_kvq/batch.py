@@ -10,7 +10,7 @@ import json
 import mlx.core as mx
 from fastcore.basics import patch_to
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll
-from .codecs import Codec, CachedSide, codec_attention
+from .codecs import Codec, CachedSide, codec_attention, config_text
 from .attention import attend
 from .qcache import CodecKVCache, FORMAT_VERSION, register_cache_class, _read_config
 from .contract import check_update, check_trim, check_batch_state, codecs_from
@@ -104,7 +104,7 @@ def _single_from_parts(cls, kc, vc, keys, values, n):
     "A fresh single-request cache of class `cls` holding `n` quantized tokens"
     cfg = dict(format=FORMAT_VERSION, cls=cls.__name__, k_codec=kc.config(), v_codec=vc.config(), sink=0, window=0,
                quantized_kv_start=0, offset=n, n_quantized=n)
-    st = dict(config=json.dumps(cfg, sort_keys=True))
+    st = dict(config=config_text(cfg, k_codec=kc, v_codec=vc))
     if n:
         for side, parts in (('k', keys), ('v', values)):
             for i, p in enumerate(parts): st[f'{side}{i}'] = mx.contiguous(p)
@@ -180,7 +180,7 @@ def _bq_config(self):
                 v_codec=self.v_codec.config(), idx=self._idx, single=self.single.__name__)
 
 def _bq_get_state(self):
-    st = dict(config=json.dumps(self.config(), sort_keys=True), offset=self.offset, left_padding=self.left_padding)
+    st = dict(config=config_text(self.config(), k_codec=self.k_codec, v_codec=self.v_codec), offset=self.offset, left_padding=self.left_padding)
     if self.keys is not None:
         k, v = self.keys_and_values()
         for side, parts in (('k', k), ('v', v)):
@@ -367,7 +367,7 @@ def _bqr_config(self):
                 max_size=self.max_size, idx=self._idx, offset_max=self._offset, rotated=bool(self.rotated))
 
 def _bqr_get_state(self):
-    st = dict(config=json.dumps(self.config(), sort_keys=True), offset=self.offset, left_padding=self.left_padding)
+    st = dict(config=config_text(self.config(), k_codec=self.k_codec, v_codec=self.v_codec), offset=self.offset, left_padding=self.left_padding)
     if self.keys is not None:
         for side, parts in (('k', self.keys), ('v', self.values)):
             for i, p in enumerate(parts): st[f'{side}{i}'] = p

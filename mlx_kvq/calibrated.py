@@ -190,7 +190,7 @@ def _cal_offsets(D, bands):
     return offs, off
 
 CAL_BSEARCH = True   # CUDA (benches: KVQ_KNOBS="CAL_BSEARCH=False", before the first launch): the code of a rotated coordinate found by a binary search of the sorted boundaries (`bits` comparisons) instead of a comparison with each (2**bits - 1: 63 at 6 bits); the same count, so the same codes. On an H200 the pair kernels of a 2048-token chunk of Llama-3.2-1B's `auto:5` took 0.790 ms for 16 layers against 1.030 (Nsight Compute, bench/h200_20261202/)
-CAL_WHT = False      # CUDA (benches: KVQ_KNOBS="CAL_WHT=True", before the first launch): a band whose rotation is one Walsh-Hadamard block (32 to 1024 channels, a power of two) rotated by in-warp butterflies (`_cal_rotate_code`) instead of the dense n x n product read from the constants (4,096 loads and products a row at 64 channels). Off until timed on a GPU
+CAL_WHT = True       # CUDA (benches: KVQ_KNOBS="CAL_WHT=False", before the first launch): a band whose rotation is one Walsh-Hadamard block (32 to 1024 channels, a power of two) rotated by in-warp butterflies (`_cal_rotate_code`) instead of the dense n x n product read from the constants (4,096 loads and products a row at 64 channels). On an H200 the pair kernels of a 2048-token chunk of Llama-3.2-1B's `auto:5` took 0.403 ms for 16 layers against 0.779 (Nsight Compute; GPU checks: every calibrated pair / ring case and 115 staged calibrated steps with the same codes, bench/h200_20261202b/)
 
 def _code_search(bits, ob):
     """Kernel text declaring `int code`: how many of the 2**bits - 1 ascending boundaries at `C[ob]` lie below `u` (what

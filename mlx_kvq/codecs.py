@@ -6,14 +6,14 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/codecs.html.md"""
 
 # %% ../nbs/02a_codecs.ipynb #7f7d71cb
 from __future__ import annotations
-import json, math
+import copy, json, math, re
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
 from .packing import affine_dequantize, affine_encode, affine_into_pair, affine_into_writer
 
 # %% auto #0
-__all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'Fp16Codec', 'AffineCodec', 'CachedSide',
-           'attention_layout', 'codec_attention']
+__all__ = ['CODECS', 'AFFINE_BITS', 'AFFINE_GROUP_SIZES', 'register_codec', 'Codec', 'config_text', 'Fp16Codec', 'AffineCodec',
+           'CachedSide', 'attention_layout', 'codec_attention']
 
 # %% ../nbs/02a_codecs.ipynb #cd549b98
 CODECS = {}
@@ -47,6 +47,13 @@ class Codec:
     def decode(self, parts, dtype=mx.float32): raise NotImplementedError
     def bytes_per_token(self, dim): raise NotImplementedError
     def config(self): raise NotImplementedError
+    def config_json(self):
+        """`json.dumps(self.config(), sort_keys=True)`, encoded again only when the config changed since the last call (a
+        calibrated codec's means and scales are hundreds of floats, and a prefill asks every layer's `state` at every
+        chunk: `config_text`)"""
+        cfg, memo = self.config(), self.__dict__.get('_config_memo')
+        if memo is None or memo[0] != cfg: memo = self._config_memo = (copy.deepcopy(cfg), json.dumps(cfg, sort_keys=True))
+        return memo[1]
     def check_dim(self, dim):
         "Raise a ValueError naming the fix if this codec cannot store vectors of size `dim`"
     def prepare_queries(self, queries): return queries
@@ -70,7 +77,16 @@ class Codec:
         return cls(**{**getattr(cls, 'SAVED_DEFAULTS', {}), **cfg})   # keys a codec gained later: what a config saved without them meant
     def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items() if k != 'codec')})"
     def __eq__(self, other): return isinstance(other, Codec) and self.config() == other.config()
-    def __hash__(self): return hash(json.dumps(self.config(), sort_keys=True))
+    def __hash__(self): return hash(self.config_json())
+
+def config_text(cfg: dict, **codecs) -> str:
+    """`json.dumps(cfg, sort_keys=True)` of a cache's config whose entries `name` are `codecs[name].config()` (a codec) or
+    their list (a list of codecs): the same text, each codec's part from `Codec.config_json` (encoded once, not at every
+    `state`); an entry whose codec is None stays as `cfg` has it"""
+    texts = {k: c.config_json() if isinstance(c, Codec) else '[' + ', '.join(x.config_json() for x in c) + ']'
+             for k, c in codecs.items() if c is not None}
+    s = json.dumps({**cfg, **dict.fromkeys(texts, 0)}, sort_keys=True)   # the other entries are scalars: a top-level `"name": 0` is the mark
+    return re.sub('"(' + '|'.join(map(re.escape, texts)) + ')": 0(?=[,}])', lambda m: f'"{m.group(1)}": {texts[m.group(1)]}', s) if texts else s
 
 # %% ../nbs/02a_codecs.ipynb #ef56b8b3
 @register_codec

@@ -12,7 +12,7 @@ from mlx.utils import tree_unflatten
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import RotatingKVCache, KVCache, QuantizedKVCache
 from fastcore.basics import patch_to
-from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention
+from .codecs import Codec, Fp16Codec, AffineCodec, CachedSide, codec_attention, config_text
 from .attention import attend, compiled_decode, decode_runner
 from .contract import check_update, check_trim, check_rotating_state, codecs_from
 from .qcache import CodecKVCache
@@ -208,7 +208,7 @@ def _rot_config(self):
                 then=None if self._then is None else [c.config() for c in self._then])
 
 def _rot_get_state(self):
-    st = dict(config=json.dumps(self.config(), sort_keys=True))
+    st = dict(config=config_text(self.config(), k_codec=self.k_codec, v_codec=self.v_codec, then=self._then))
     if self.keys is not None:
         k, v = self.keys_and_values()
         for side, parts in (('k', k), ('v', v)):

@@ -13,7 +13,7 @@ from mlx_lm.models.cache import _BaseCache, create_attention_mask
 from .contract import check_update, check_trim, check_codec_state, codecs_from, read_config
 
 from .codecs import (CODECS, register_codec, Codec, Fp16Codec, AffineCodec, AFFINE_BITS, AFFINE_GROUP_SIZES,
-                            CachedSide, codec_attention)   # the codec layer (names kept here for older imports)
+                            CachedSide, codec_attention, config_text)   # the codec layer (names kept here for older imports)
 from .attention import attend, stage_capacity, staged_runner   # the fast path (fused kernels / blockwise); codec_attention stays the oracle
 from .packing import kernel_backend
 
@@ -357,7 +357,7 @@ class CodecKVCache(_BaseCache):
 
     @property
     def state(self):
-        st = dict(config=json.dumps(self.config(), sort_keys=True))
+        st = dict(config=config_text(self.config(), k_codec=self.k_codec, v_codec=self.v_codec))
         for nm in ('sink_keys', 'sink_values', 'tail_keys', 'tail_values'):
             x = getattr(self, nm)
             if x is not None: st[nm] = x
@@ -365,7 +365,7 @@ class CodecKVCache(_BaseCache):
         if n > self.n_quantized:   # staged tokens are quantized tokens: the file holds them as the cache will store them (nothing changes here)
             for nm in ('tail_keys', 'tail_values'): st.pop(nm, None)
             cfg = self.config(); cfg['n_quantized'] = n
-            st['config'] = json.dumps(cfg, sort_keys=True)
+            st['config'] = config_text(cfg, k_codec=self.k_codec, v_codec=self.v_codec)
         for side, parts in (('k', kp), ('v', vp)):
             for i, p in enumerate(parts or ()): st[f'{side}{i}'] = p
         return st

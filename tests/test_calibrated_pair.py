@@ -102,17 +102,21 @@ def test_a_wrong_binary_search_is_refused(emulated, monkeypatch, mutation):
     assert all(mx.array_equal(a, b) for a, b in zip((*got[0], *got[1]), (*ref[0], *ref[1])))
 
 
-@pytest.mark.parametrize('kb,vb,D,outl,dtype,L', [(4, 3, 64, 0, mx.float16, 1), (2, 6, 64, 0, mx.float32, 3), (5, 4, 80, 16, mx.float32, 2),
-                                                  (6, 5, 256, 32, mx.float16, 1), (3, 7, 128, 0, mx.float32, 2)])
-def test_the_butterfly_rotation_is_each_sides_encode(emulated, monkeypatch, kb, vb, D, outl, dtype, L):
-    """With `CAL_WHT`, a band whose rotation is one Walsh-Hadamard block of 32 to 1024 channels (64, 128; the 32-channel
-    outlier band of d256) is rotated by in-warp butterflies, the others (224, 80's 64 + 16: the 16) by the dense product:
+@pytest.mark.parametrize('kb,vb,D,outl,dtype,L,wht', [(4, 3, 64, 0, mx.float16, 1, True), (2, 6, 64, 0, mx.float32, 3, True), (5, 4, 80, 16, mx.float32, 2, True),
+                                                      (6, 5, 256, 32, mx.float16, 1, True), (3, 7, 128, 0, mx.float32, 2, True),
+                                                      (2, 6, 64, 0, mx.float16, 2, False), (3, 7, 128, 0, mx.float32, 1, False)])
+def test_the_butterfly_rotation_is_each_sides_encode(emulated, monkeypatch, kb, vb, D, outl, dtype, L, wht):
+    """With `CAL_WHT` (the default), a band whose rotation is one Walsh-Hadamard block of 32 to 1024 channels (64, 128; the 32-channel
+    outlier band of d256) is rotated by in-warp butterflies, the others (224, 80's 64 + 16: the 16) by the dense product;
+    with it off (`wht` False), every band by the dense product:
     the first-use check passes, each side's parts agree with the reference's as that check asks (`_cal_agree`: codes equal
     but for boundary neighbours, gammas to a float16 step) and decode to within the codecs' own rounding of the reference's"""
-    monkeypatch.setattr(Cal, 'CAL_WHT', True)
+    monkeypatch.setattr(Cal, 'CAL_WHT', wht)
     kc, vc = _codec(kb, D, outl, 0), _codec(vb, D, 0, 1, centred=outl == 0)
     src = Cal._cal_side_source('k', D, Cal._cal_bands(kc, D))[0]
-    assert src.count('__shfl_xor_sync(0xffffffffu, v[e], m)') == sum(Cal._cal_wht(n) for n, _, _ in Cal._cal_bands(kc, D)) >= 1   # the knob picks the butterflies where the block allows
+    butterflies = src.count('__shfl_xor_sync(0xffffffffu, v[e], m)')
+    if wht: assert butterflies == sum(Cal._cal_wht(n) for n, _, _ in Cal._cal_bands(kc, D)) >= 1   # the knob picks the butterflies where the block allows
+    else: assert butterflies == 0
     xk, xv = _x((2, 3, L, D), dtype, 11), _x((2, 3, L, D), dtype, 12)
     got, ref = _verified_pair(kc, vc, xk, xv)
     assert Cal._cal_agree(got, ref, kc, xk, vc, xv) is None       # shapes, dtypes, codes but for boundary neighbours, gammas
