@@ -1219,14 +1219,15 @@ def test_float4_softmax(monkeypatch):
 
 BUTTERFLY = [c for c in STAGED if c[1] == 'cal1'] + [('calibrated one-band 3 / one-band 5 d128 G8 B2', 'cal1both', None, 2, 1, 8, 128, 300, 8)]
 
+@pytest.mark.parametrize('wht', [True, False], ids=['butterflies', 'dense'])
 @pytest.mark.parametrize('case', BUTTERFLY, ids=[c[0] for c in BUTTERFLY])
-def test_staged_calibrated_tokens_with_butterflies(monkeypatch, case):
-    """With `calibrated.CAL_WHT` (a band whose rotation is one Walsh-Hadamard block rotated by in-warp butterflies), the
-    decode kernel's staged calibrated tokens, quantized by the pair kernel's text, still attend as the reference's
-    within the final tolerance, and as the same kernel over those tokens stored by the (emulated) pair kernel up to
-    float32 rounding: the staged codes are the stored ones"""
+def test_staged_calibrated_tokens_by_each_rotation(monkeypatch, case, wht):
+    """With `calibrated.CAL_WHT` (the default: a band whose rotation is one Walsh-Hadamard block rotated by in-warp
+    butterflies) and without it (the dense product), the decode kernel's staged calibrated tokens, quantized by the pair
+    kernel's text, still attend as the reference's within the final tolerance, and as the same kernel over those tokens
+    stored by the (emulated) pair kernel up to float32 rounding: the staged codes are the stored ones"""
     from mlx_kvq import calibrated as Cal
-    monkeypatch.setattr(Cal, 'CAL_WHT', True)
+    monkeypatch.setattr(Cal, 'CAL_WHT', wht)
     monkeypatch.setattr(A, '_KERNELS', {})          # kernels built under the knob
     made = []
     orig = Cal._cal_rotate_code
@@ -1236,6 +1237,6 @@ def test_staged_calibrated_tokens_with_butterflies(monkeypatch, case):
     for T in (1, cap):
         err = E.check_staged(kc, vc, B, Hkv, G, D, n, T, cap)
         assert err is not None and err <= E.final_tolerance(kc, vc, G, D), (name, T, err)
-    assert any(made)                                # the staged tokens' text took the butterflies
+    assert made and any(made) == wht                # the staged tokens' text took the butterflies, or none
     err = E.check_staged(kc, vc, B, Hkv, G, D, n, cap // 2 + 1, cap, dtype=mx.float32, stored=True)
     assert err is not None and err <= 2e-6, (name, err)
