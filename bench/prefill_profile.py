@@ -64,7 +64,7 @@ def timed(fn, repeats):
 
 def whole(model, kv, T, C, warm=True):
     "ms per chunk of one timed pass of a T-token prompt in chunks of C (after a warm pass of its own unless `warm` is False), peak GB"
-    kv = route(kv)
+    name, kv = kv, route(kv)
     prompt = mx.random.randint(0, 1000, (1, T))
     calib = bench_calibration(model, [kv], None, 0)[0]   # auto:B: planned as `mlx-kvq bench` plans it (seeded random token ids)
     if warm:
@@ -72,7 +72,7 @@ def whole(model, kv, T, C, warm=True):
         for s in range(0, T, C): mx.eval(model(prompt[:, s:s + C], cache=first))
         labels = planned_labels(first)
         del first
-        if labels: print(f"{kv} planned: {labels}", flush=True)
+        if labels: print(f"{name} planned: {labels}", flush=True)
     mx.clear_cache(); mx.reset_peak_memory()
     cache = bench_caches(model, _bench_scheme(kv), **calib)
     per, build, submit = [], [], []
@@ -82,8 +82,8 @@ def whole(model, kv, T, C, warm=True):
         mx.async_eval(y, [c.state for c in cache]); u = time.perf_counter()   # submit: MLX walks the graph and launches its kernels
         mx.eval(y, [c.state for c in cache]); mx.synchronize()
         per.append(1e3 * (time.perf_counter() - t)); build.append(1e3 * (b - t)); submit.append(1e3 * (u - b))
-    print(f"{kv}: host build ms per chunk " + " ".join(f"{x:.1f}" for x in build), flush=True)
-    print(f"{kv}: submit ms per chunk " + " ".join(f"{x:.1f}" for x in submit), flush=True)
+    print(f"{name}: host build ms per chunk " + " ".join(f"{x:.1f}" for x in build), flush=True)
+    print(f"{name}: submit ms per chunk " + " ".join(f"{x:.1f}" for x in submit), flush=True)
     return per, mx.get_peak_memory() / 1e9
 
 
@@ -91,6 +91,12 @@ def arrays(c):
     "The arrays of a cache's state (mlx-lm's KVCache: a list; mlx_kvq's caches: a dict with a config string)"
     st_ = c.state
     return [x for x in (st_ if isinstance(st_, (list, tuple)) else st_.values()) if isinstance(x, mx.array)]
+
+
+def cut(c, P):
+    "A cache's storage cut to the P tokens it holds, so that its next update grows it (a prefill chunk's case)"
+    if hasattr(c, 'k_codec'): c.keys, c.values = tuple(p[..., :P, :] for p in c.keys), tuple(p[..., :P, :] for p in c.values)
+    else: c.keys, c.values = c.keys[..., :P, :], c.values[..., :P, :]
 
 
 def layer_cache(model, kv):
@@ -126,7 +132,7 @@ def layer(model, kv, P, C, repeats):
     res['update'] = timed(upd, repeats)
     if kv != 'fp16':
         def grows():   # as a prefill chunk: the storage holds exactly the past, so the update grows it
-            c.keys, c.values = (tuple(p[..., :P, :] for p in c.keys), tuple(p[..., :P, :] for p in c.values))
+            cut(c, P)
             return upd()
         res['update, growing'] = timed(grows, repeats)
         res['encode'] = timed(lambda: c.k_codec.encode_pair(c.v_codec, k, v), repeats)

@@ -1,8 +1,8 @@
 """The host's side of a prefill chunk on a GPU, by cache kind: how long building and submitting 16 layers' cache update
 and attention take (Python's graph build, then `mx.async_eval`: MLX walks the graph and launches its kernels), beside
-the wall time of the whole. Why: on the H200 the default `auto:5`'s 16K prefill spent 15-17 ms per chunk in MLX's submission
-against `turbo:4`'s 6-11 and fp16's 6-10 (`bench/h200_20261202b/`), with about as many kernels; this tells which of
-its layer kinds the submission cost comes from.
+the wall time of the whole. Why: on the H200 the default `auto:5`'s 16K prefill spent a median 15.9 ms per chunk in
+`mx.async_eval` against `turbo:4`'s 7.9 (`bench/h200_20261202b/`), with about as many kernels; this tells whether its
+layer kinds' kernels are where that goes (they were not: see that folder's README)
 
     python3 bench/prefill_submit.py [--kinds fp16 turbo:4 cal1:2,6 cal1:4,a8] [--past 14336] [--chunk 2048] [--layers 16] [--repeats 9] [--what both update attend]
 
@@ -22,13 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1])); sys.path.insert(0,
 from knobs import apply_knobs
 from mlx_kvq.bench import layer_model
 from mlx_kvq.integrate import install
-from prefill_profile import layer_cache, arrays
-
-
-def cut(c, P):
-    "The storage cut to the P tokens it holds, so the next update grows it (a prefill chunk's case)"
-    if hasattr(c, 'k_codec'): c.keys, c.values = tuple(p[..., :P, :] for p in c.keys), tuple(p[..., :P, :] for p in c.values)
-    else: c.keys, c.values = c.keys[..., :P, :], c.values[..., :P, :]
+from prefill_profile import layer_cache, arrays, cut
 
 
 def run(kind, a, model):
@@ -72,7 +66,7 @@ def main():
     p.add_argument('--repeats', type=int, default=9)
     p.add_argument('--what', nargs='+', default=['both', 'update', 'attend'], choices=['both', 'update', 'attend'])
     a = p.parse_args()
-    if a.past < 1 or a.chunk < 1 or a.layers < 1 or a.repeats < 1: p.error("--past, --layers and --repeats must be positive")
+    if a.past < 1 or a.chunk < 1 or a.layers < 1 or a.repeats < 1: p.error("--past, --chunk, --layers and --repeats must be positive")
     knobs = apply_knobs()
     install()
     model = layer_model(32, 8, 64)

@@ -6,7 +6,6 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/batch.html.md"""
 
 # %% ../nbs/05_batch.ipynb #887b53ea
 from __future__ import annotations
-import json
 import mlx.core as mx
 from fastcore.basics import patch_to
 from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, dynamic_roll

@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/qcache.html.md"""
 
 # %% ../nbs/02a_qcache.ipynb #f2aff9c0
 from __future__ import annotations
-import json, math
+import math
 import mlx.core as mx
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.cache import _BaseCache, create_attention_mask

@@ -1,6 +1,6 @@
 """A cache's saved config is the same text whether its codecs' parts are encoded afresh or remembered (`Codec.config_json`,
 `codecs.config_text`): a prefill asks every layer's `state` at every chunk, and a calibrated codec's means and scales
-made that the largest host cost of the default `auto:5`'s chunk (bench/h200_20261202b/)."""
+made that about half the host work of the default `auto:5`'s prefill chunk (bench/state_text_cpu.md)."""
 import json
 
 import mlx.core as mx
@@ -52,6 +52,7 @@ def test_the_remembered_text_follows_the_config():
     assert f.config_json() == json.dumps(f.config(), sort_keys=True) != before
     k = _cal(3, 7)
     first = k.config_json()
+    assert k.config_json() is first                       # an unchanged config: the remembered text, not encoded again
     k.mean[0] += 1.0                                      # a list changed in place: the remembered copy is not that list
     assert k.config_json() == json.dumps(k.config(), sort_keys=True) != first
     assert hash(k) == hash(json.dumps(k.config(), sort_keys=True))
