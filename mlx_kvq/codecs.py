@@ -6,7 +6,7 @@ Docs: https://mlx-kvq.github.io/mlx_kvq/codecs.html.md"""
 
 # %% ../nbs/02a_codecs.ipynb #7f7d71cb
 from __future__ import annotations
-import copy, json, math, re
+import copy, json, math
 import mlx.core as mx
 from mlx_lm.models.cache import create_attention_mask
 from .packing import affine_dequantize, affine_encode, affine_into_pair, affine_into_writer
@@ -85,8 +85,30 @@ def config_text(cfg: dict, **codecs) -> str:
     `state`); an entry whose codec is None stays as `cfg` has it"""
     texts = {k: c.config_json() if isinstance(c, Codec) else '[' + ', '.join(x.config_json() for x in c) + ']'
              for k, c in codecs.items() if c is not None}
-    s = json.dumps({**cfg, **dict.fromkeys(texts, 0)}, sort_keys=True)   # the other entries are scalars: a top-level `"name": 0` is the mark
-    return re.sub('"(' + '|'.join(map(re.escape, texts)) + ')": 0(?=[,}])', lambda m: f'"{m.group(1)}": {texts[m.group(1)]}', s) if texts else s
+    key = (tuple(cfg), tuple(texts.items()))   # the entries' names and the codecs' texts (their hashes kept by the strings)
+    form = _TEXT_FORMS.get(key)
+    if form is None:   # the text's fixed pieces between the scalars, made once per (names, codec texts)
+        if len(_TEXT_FORMS) > 1024: _TEXT_FORMS.clear()
+        lits, slots, cur = [], [], '{'
+        for i, k in enumerate(sorted({**cfg, **texts})):
+            cur += (', ' if i else '') + json.dumps(k) + ': '
+            if k in texts: cur += texts[k]
+            else: lits.append(cur); slots.append(k); cur = ''
+        form = _TEXT_FORMS[key] = [lits, slots, cur + '}', [_UNSET] * len(slots), [None] * len(slots), None]
+    lits, slots, end, last, parts, text = form
+    for i, k in enumerate(slots):   # each immutable value's text is kept until it changes (a prefill chunk asks the same
+        v, w = cfg[k], last[i]      # `state` more than once; a planned cache's plan, a long string, never changes)
+        if type(v) is type(w) and v == w: continue
+        parts[i], last[i], text = _scalar_text(v), v if type(v) in _IMMUTABLE else _UNSET, None
+    if text is None: text = form[5] = ''.join([p + t for p, t in zip(lits, parts)]) + end
+    return text
+
+_TEXT_FORMS, _IMMUTABLE, _UNSET = {}, (int, float, str, bool, type(None)), object()
+def _scalar_text(v):
+    "`json.dumps(v, sort_keys=True)`, ints and None without the encoder (a cache's offsets, at every `state`)"
+    t = type(v)
+    if t is int: return int.__repr__(v)
+    return 'null' if v is None else json.dumps(v, sort_keys=True)
 
 # %% ../nbs/02a_codecs.ipynb #ef56b8b3
 @register_codec

@@ -111,9 +111,29 @@ class QuantizedRotatingKVCache(RotatingKVCache):
     def _temporal_order(self, v): return Parts(RotatingKVCache._temporal_order(self, p) for p in v)
 
 # %% ../nbs/04_kvsplit.ipynb #7526165a
+def _ring_join(old, trim, new, keep):
+    "mlx-lm's `RotatingKVCache._trim(trim, part, new part)` of every part: one concatenation a part, no empty pieces in it"
+    out = []
+    for p, a in zip(old, new):
+        if trim > 0:
+            xs = [p[..., :keep, :]] if keep else []
+            if trim + keep < p.shape[2]: xs.append(p[..., trim + keep:, :])
+        else: xs = [p]
+        out.append(mx.concatenate([*xs, a], axis=2))
+    return Parts._of(tuple(out))
+
 @patch_to(QuantizedRotatingKVCache)
 def _update_concat(self, keys, values):
-    return RotatingKVCache._update_concat(self, *self._encode(keys, values))
+    "mlx-lm's `RotatingKVCache._update_concat` (a prefill chunk: the ring in temporal order, trimmed to `max_size - 1` tokens, the new ones after), every part in one step"
+    k, v = self._encode(keys, values)
+    if self.keys is None: self.keys, self.values = k, v
+    else:
+        if self._idx != self.keys.shape[2]: self.keys, self.values = self._temporal_order(self.keys), self._temporal_order(self.values)
+        trim = self.keys.shape[2] - self.max_size + 1
+        self.keys, self.values = _ring_join(self.keys, trim, k, self.keep), _ring_join(self.values, trim, v, self.keep)
+    self.offset += keys.shape[2]
+    self._idx = self.keys.shape[2]
+    return self.keys, self.values
 
 def _grow_ring(self, keys, values, prev):
     "Before an in-place write at `prev`: grow the quantized ring by one `step` (at most to `max_size`), as mlx-lm's rings do"

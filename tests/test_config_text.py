@@ -65,3 +65,14 @@ def test_config_text_places_each_codec_by_name():
     cfg['then'] = None
     assert config_text(cfg, k_codec=k, v_codec=v, then=None) == json.dumps(cfg, sort_keys=True)
     assert config_text(dict(a=1)) == json.dumps(dict(a=1))
+
+
+def test_config_text_is_json_dumps_for_every_kind_of_entry():
+    k = _cal(3, 4)
+    cfg = dict(cls='X', k_codec=k.config(), a=1, b=True, c=None, d=2.5, e='q"uote\\', f=[1, [2, 3]], g=dict(z=1, y=[None]), h=-7)
+    for change in (dict(), dict(a=True), dict(b=1), dict(a=1.0), dict(d=float('nan')), dict(h=2 ** 70), dict(a=1)):
+        cfg.update(change)
+        assert config_text(cfg, k_codec=k) == json.dumps(cfg, sort_keys=True), change
+    cfg['f'][1].append(4)                                  # a list changed in place is not taken for the last text's
+    assert config_text(cfg, k_codec=k) == json.dumps(cfg, sort_keys=True)
+    assert config_text(dict()) == '{}' and config_text(dict(k_codec=None), k_codec=None) == '{"k_codec": null}'
