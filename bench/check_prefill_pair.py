@@ -61,7 +61,8 @@ def main():
     bad = 0
     warnings.simplefilter('error')     # a first-use refusal warns: a failure here
     if "--cal" in sys.argv:     # the calibrated kinds' prefill chunks only
-        bad = prefill_cases((('cal1:3,4', 0), ('cal1:2,6', 16), ('cal1:4,4', 0), ('cal:5,4', 0), ('cal1:3,a8', 0), ('cal1:4,a8', 16), ('cal:5,a8', 0)))
+        bad = prefill_cases((('cal1:3,4', 0), ('cal1:2,6', 16), ('cal1:4,4', 0), ('cal:5,4', 0), ('cal1:3,a8', 0), ('cal1:4,a8', 16), ('cal:5,a8', 0),
+                             ('calko:3,6', 0), ('calvo:5,4', 16)))
         print(f"{bad} failing")
         sys.exit(1 if bad else 0)
     turbo_rings = "--affine-ring" not in sys.argv     # --affine-ring: the affine ring write and caches only
@@ -169,11 +170,13 @@ def main():
 def cal_cache(kv, window):
     """A cache of the calibrated kinds `auto:B` plans (`bench/calcodecs.py`): `cal1:K,V` one band a side (the turbo pair
     launch decodes both), `cal1:K,a8` one-band keys with 8-bit affine values (the keys by the pair launch over
-    themselves), `cal:K,V` / `cal:K,a8` keys with an outlier band (each side by its own decode)"""
+    themselves), `cal:K,V` / `cal:K,a8` keys with an outlier band (each side by its own decode), `calko:K,V` one-band
+    keys beside values with an outlier band and `calvo:K,V` the other way round (the one-band side by the pair launch
+    over itself, the other by its decode: `_pair_prefill` since 2026-12-02)"""
     from calcodecs import calibrated
     kind, bits = kv.split(':'); kb, vb = bits.split(',')
-    kc = calibrated(int(kb), 0, 128, outliers=kind == 'cal')
-    vc = AffineCodec(8) if vb == 'a8' else calibrated(int(vb), 1, 128, outliers=kind == 'cal')
+    kc = calibrated(int(kb), 0, 128, outliers=kind in ('cal', 'calvo'))
+    vc = AffineCodec(8) if vb == 'a8' else calibrated(int(vb), 1, 128, outliers=kind in ('cal', 'calko'))
     return CodecKVCache(kc, vc, window=window)
 
 
@@ -195,7 +198,7 @@ def prefill_cases(cases):
                 got = A.attend(q, ks, vs, scale=128 ** -0.5, mask='causal')
                 ref = codec_attention(q.astype(mx.float32), ks, vs, scale=128 ** -0.5, mask='causal')
                 err = mx.abs(got.astype(mx.float32) - ref).max().item() / mx.abs(ref).max().item()
-                ok = err <= (2e-3 if dt == mx.float16 else 1.6e-2) and (not kv.startswith('cal') or bool(calls) == kv.startswith('cal1:'))
+                ok = err <= (2e-3 if dt == mx.float16 else 1.6e-2) and (not kv.startswith('cal') or bool(calls) == (kv.split(':')[0] in ('cal1', 'calko', 'calvo')))
             except Exception as e: ok, err = False, repr(e)[:200]
             finally: A.decode_turbo_pair = pair
             bad += not ok

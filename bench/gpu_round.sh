@@ -104,6 +104,7 @@
 #       calwht (CAL_WHT's GPU checks and Nsight chunk (T=check), then the prefill by rounds per process without / with it (T=time): two calls of about 5 min)
 #       prefround (CAL_BSEARCH on: the calibrated kernels' GPU checks, then the 16K prefill by alternating rounds, then again with a 4,000-graph MLX cache: about 9 min)
 #       calbsearch (CAL_BSEARCH off / on: auto:5's last prefill chunk under Nsight Compute, then the 16K prefill alternating)
+#       prefab (check_prefill_pair --cal, then the 16K prefill by rounds, .kvq_base's package against this tree's in alternating processes: SHAPE, KV, R, AB, CHECK)
 #       chunkncu / chunkncu2 (every kernel of a 16K prompt's last chunk under Nsight Compute, summed by kind: bench/prefill_chunk_ncu.py; then prefill_profile with its submit column)
 # Each part writes its logs under OUT/PART/ and prints their last lines.
 set -u
@@ -623,6 +624,11 @@ case $part in
            KVQ_KNOBS="$k" timeout ${T3:-130} python3 bench/prefill_profile.py --kv fp16 auto:5 --rounds ${R:-3} --skip-layer > "$f" 2>&1; echo "== $k"; grep -E "^\\| (median)|Error|reference" "$f" | tail -2 | cut -c1-200; done; fi ;;
   appendrounds) # launches per layer as a lever, measured by rounds: turbo:4 with packing.APPEND (the pair kernel writes into the grown storages: 4 fewer concatenations, 8 fewer copy launches a layer) against without, in one process (SCHEME/append, SCHEME/noappend), 5 alternating rounds with fp16 first (single passes could not tell them apart on 2026-11-28: bench/h200_20261128d/); about 4 min
          timeout ${T1:-300} python3 bench/prefill_profile.py --kv fp16 turbo:4/noappend turbo:4/append --rounds ${R:-5} --skip-layer > "$O/rounds.log" 2>&1; grep -E "^\\| [0-9m]|Error|reference" "$O/rounds.log" | tail -6 | cut -c1-300 ;;
+  prefab) # 2026-12-02's host changes (config texts kept by form, rings' one-step join, banded calibrated sides in _pair_prefill): check_prefill_pair --cal (calibrated prefill chunks on the GPU, the banded cases new), then the 16K prefill by rounds with .kvq_base's package (its own bench/prefill_profile.py) and this tree's, alternating processes: $SHAPE (default gemma-3-1b), --kv $KV (default fp16 auto:5), $R (3) rounds, $AB ("base new") passes; CHECK=0 skips the check
+         [ "${CHECK:-1}" = 1 ] && { timeout ${T1:-200} python3 bench/check_prefill_pair.py --cal > "$O/check_cal.log" 2>&1; grep -E "prefill|failing" "$O/check_cal.log" | tail -20 | cut -c1-200; }
+         i=0; for w in ${AB:-base new}; do i=$((i + 1)); S=bench/prefill_profile.py; [ $w = base ] && S=.kvq_base/bench/prefill_profile.py
+           timeout ${T2:-240} python3 $S --shape ${SHAPE:-gemma-3-1b} --kv ${KV:-fp16 auto:5} --rounds ${R:-3} --skip-layer > "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" 2>&1
+           echo "== $w ($i)"; grep -E "^\| (median|peak)|Error|reference" "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" | head -3 | cut -c1-200; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

@@ -330,16 +330,22 @@ def _pair_side(codec, D):
 def _side_alone(parts, t, codec, n, dtype):
     """One side's first n held tokens in the model's space and `dtype`, beside a side of the other kind: a turbo-like side
     (`t` from `_pair_side`) by the pair launch over itself on both sides (its first output: one launch that reads this
-    side twice, where its codec's own decode took five operations), an affine side by its codec's decode"""
+    side twice, where its codec's own decode took five operations), any other side (affine, or calibrated with an outlier
+    band) by its codec's decode"""
     if t is None: return codec.decode(tuple(p[..., :n, :] for p in parts), dtype)
     return decode_turbo_pair((*parts, *t), (*parts, *t), n, dtype)[0]
+
+def _banded(codec, parts, D):
+    "Whether a side is a calibrated codec of two bands (an outlier band) of a known dim (D, if given) holding its four storage parts"
+    return type(codec) is CalibratedTurboCodec and codec.outliers is not None and codec.dim is not None and len(parts) == 4 and D in (None, codec.dim)
 
 def _pair_prefill(queries, keys, values, scale, mask, sinks):
     """Several query tokens over two turbo-like or two affine sides on CUDA: both sides' held tokens decoded to the model's
     space in one launch (`decode_turbo_pair` / `decode_affine_pair`: the storages read in place), the exact segments
     joined, MLX's fused SDPA over them; no rotation of the queries or the output, nothing sliced. Turbo-like: a turbo
     side, or a calibrated side of one band (`_pair_side`), whose scales and mean the launch undoes too. A turbo-like side beside an affine one
-    (`auto:B`'s calibrated keys with 8-bit affine values) takes `_side_alone` a side. None where it does not apply (the
+    (`auto:B`'s calibrated keys with 8-bit affine values) takes `_side_alone` a side, and so does a calibrated side of two
+    bands (an outlier band, `auto:B`'s tqBcso: its codec's decode) beside any of these. None where it does not apply (the
     general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
     D = queries.shape[-1]
@@ -347,10 +353,12 @@ def _pair_prefill(queries, keys, values, scale, mask, sinks):
     kt = _pair_side(kc, D) if len(ks) == 2 else None
     vt = _pair_side(vc, _value_dim(values, D)) if len(vs) == 2 else None
     ka, va = type(kc) is AffineCodec and len(ks) == 3, type(vc) is AffineCodec and len(vs) == 3
-    if (not (kt or ka) or not (vt or va) or not n or n != values.n_quantized
+    km, vm = _banded(kc, ks, D), _banded(vc, vs, None)
+    if (not (kt or ka or km) or not (vt or va or vm) or not n or n != values.n_quantized
             or _exact_len(keys.head) != _exact_len(values.head) or _exact_len(keys.tail) != _exact_len(values.tail)
             or queries.shape[1] % ks[0].shape[1] or ka and ks[0].shape[-1] * 32 != D * kc.bits): return None
-    dk, dv = kt[0].dim if kt else D, vt[0].dim if vt else vs[0].shape[-1] * 32 // vc.bits
+    dk = kt[0].dim if kt else D
+    dv = vt[0].dim if vt else vc.dim if vm else vs[0].shape[-1] * 32 // vc.bits
     B, H = ks[0].shape[:2]
     if B * H * (_exact_len(keys.head) + n + _exact_len(keys.tail)) * (dk + dv) * queries.dtype.size > PREFILL_DECODE_BUDGET: return None
     if kt and vt: k, v = decode_turbo_pair((*ks, *kt), (*vs, *vt), n, queries.dtype)

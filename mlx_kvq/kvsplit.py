@@ -115,9 +115,9 @@ def _ring_join(old, trim, new, keep):
     "mlx-lm's `RotatingKVCache._trim(trim, part, new part)` of every part: one concatenation a part, no empty pieces in it"
     out = []
     for p, a in zip(old, new):
-        if trim > 0:
-            xs = [p[..., :keep, :]] if keep else []
-            if trim + keep < p.shape[2]: xs.append(p[..., trim + keep:, :])
+        if trim > 0:   # (parts are 4-d: `p[:, :, a:]` is `p[..., a:, :]`, built faster)
+            xs = [p[:, :, :keep]] if keep else []
+            if trim + keep < p.shape[2]: xs.append(p[:, :, trim + keep:])
         else: xs = [p]
         out.append(mx.concatenate([*xs, a], axis=2))
     return Parts._of(tuple(out))

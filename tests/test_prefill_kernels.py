@@ -341,28 +341,36 @@ def test_pair_prefill_route(emulated, monkeypatch, kv, window):
 
 
 
-@pytest.mark.parametrize('kv', ['cal:3,4', 'cal:3,a8'])
-def test_pair_prefill_leaves_other_calibrated_pairs(emulated, monkeypatch, kv):
-    """Calibrated sides the pair launch cannot decode (an outlier band: two bands a side, here beside another such side
-    or beside 8-bit affine values) take `_prefill_sdpa` (each side's own decode), not `decode_turbo_pair`, and agree
-    with `codec_attention`"""
+@pytest.mark.parametrize('kv', ['cal:3,4', 'cal:3,a8', 'cal1:3,cal:4', 'cal:5,cal1:4'])
+def test_pair_prefill_takes_banded_calibrated_sides(emulated, monkeypatch, kv):
+    """Calibrated sides the pair launch cannot decode (an outlier band: two bands a side, `auto:B`'s tqBcso) are decoded
+    by their codec inside `_pair_prefill` (beside another such side, 8-bit affine values, or a one-band calibrated side,
+    which the pair launch decodes alone: one `decode_turbo_pair` call) and agree with `codec_attention` and with the
+    general route (`PREFILL_PAIR = False`: `_prefill_sdpa`)"""
     from mlx_kvq import attention as A
     from mlx_kvq.qcache import CodecKVCache
     from mlx_kvq.codecs import codec_attention, AffineCodec
     monkeypatch.setattr(A, 'kernel_backend', lambda: 'cuda')
-    kc = E.calibrated(3, 0, 64)
-    vc = E.calibrated(4, 1, 64) if kv == 'cal:3,4' else AffineCodec(8)
+    side = {'cal:3,4': ('b3', 'b4'), 'cal:3,a8': ('b3', 'a8'), 'cal1:3,cal:4': ('o3', 'b4'), 'cal:5,cal1:4': ('b5', 'o4')}[kv]
+    make = lambda s, seed: AffineCodec(8) if s == 'a8' else E.calibrated(int(s[1]), seed, 64, outliers=s[0] == 'b')
+    kc, vc = make(side[0], 0), make(side[1], 1)
+    assert (kc.outliers is not None) == (side[0][0] == 'b') and (getattr(vc, 'outliers', None) is not None) == (side[1][0] == 'b')
     cache = CodecKVCache(kc, vc)
     h = lambda L, key: mx.random.normal((1, 2, L, 64), key=mx.random.key(key)).astype(mx.float16)
     cache.update_and_fetch(h(40, 1), h(40, 2))
     ks, vs = cache.update_and_fetch(h(8, 3), h(8, 4))
     q = mx.random.normal((1, 4, 8, 64), key=mx.random.key(5)).astype(mx.float16)
     calls = []
-    monkeypatch.setattr(A, 'decode_turbo_pair', lambda *a: calls.append(a))
-    assert A._pair_prefill(q, ks, vs, 0.125, 'causal', None) is None and not calls
-    got = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    monkeypatch.setattr(A, 'decode_turbo_pair', lambda *a: calls.append(a) or P.decode_turbo_pair(*a))
+    got = A._pair_prefill(q, ks, vs, 0.125, 'causal', None)
+    assert got is not None and len(calls) == any(s[0] == 'o' for s in side)
+    assert all(c[0][0] is c[1][0] for c in calls)                       # a one-band side decoded alone (the launch over itself)
     ref = codec_attention(q.astype(mx.float32), ks, vs, scale=0.125, mask='causal')
-    assert not calls and got.dtype == mx.float16 and mx.abs(got.astype(mx.float32) - ref).max().item() <= 2e-3 * mx.abs(ref).max().item() + 1e-3
+    tol = 2e-3 * mx.abs(ref).max().item() + 1e-3
+    assert got.dtype == mx.float16 and mx.abs(got.astype(mx.float32) - ref).max().item() <= tol
+    monkeypatch.setattr(A, 'PREFILL_PAIR', False)
+    old = A.attend(q, ks, vs, scale=0.125, mask='causal')
+    assert mx.abs(old.astype(mx.float32) - got.astype(mx.float32)).max().item() <= tol
 
 def _append_case(bits, dim, dtype, prev=7, cap_old=12, n=5, cap=16):
     "Old storages (capacity cap_old holding `prev` tokens) of a turbo pair, an update of n tokens, and the append's arguments"
