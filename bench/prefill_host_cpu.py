@@ -112,7 +112,7 @@ def main():
             got[s][0].extend(b); got[s][1].extend(sv)
             if probe: layers.setdefault(s, []).append((probe, cache))
     ops = {s: run(s, count=True)[2] for s in a.kv}
-    print(f"| scheme | build ms | state x2 ms | build + state | vs fp16 | cache ops a chunk (update / attention) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| scheme | build ms | state x2 ms | build + state | vs fp16 | cache ops a chunk (update / attention) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
     f = st.median([x + y for x, y in zip(*got['fp16'])]) if 'fp16' in got else None
     for s in a.kv:
         tot = st.median([x + y for x, y in zip(*got[s])])
@@ -127,7 +127,6 @@ def main():
                 for i, c in enumerate(cache):
                     k = kinds[_kind(c)]; k[2].add(i)
                     k[0].extend(probe.t[(i, 'u')][1:]); k[1].extend(probe.t[(i, 'a')][1:])
-            for i, c in enumerate(ops[s] and run(s, count=True)[3] or []): pass
             for name, (u, at, idx, _) in kinds.items():
                 o = ops[s].ops
                 ou = st.median([o[(i, 'u')][-1] for i in idx]) if all((i, 'u') in o for i in idx) else 0
