@@ -94,13 +94,15 @@ def config_text(cfg: dict, **codecs) -> str:
             cur += (', ' if i else '') + json.dumps(k) + ': '
             if k in texts: cur += texts[k]
             else: lits.append(cur); slots.append(k); cur = ''
-        form = _TEXT_FORMS[key] = [lits, slots, cur + '}', [_UNSET] * len(slots), [None] * len(slots), None]
-    lits, slots, end, last, parts, text = form
-    for i, k in enumerate(slots):   # each immutable value's text is kept until it changes (a prefill chunk asks the same
-        v, w = cfg[k], last[i]      # `state` more than once; a planned cache's plan, a long string, never changes)
-        if type(v) is type(w) and v == w: continue
-        parts[i], last[i], text = _scalar_text(v), v if type(v) in _IMMUTABLE else _UNSET, None
-    if text is None: text = form[5] = ''.join([p + t for p, t in zip(lits, parts)]) + end
+        form = _TEXT_FORMS[key] = [lits, slots, cur + '}', None]
+    lits, slots, end, memo = form   # memo: (the last values, their texts, the text), replaced whole (threads see one or the other)
+    vals = [cfg[k] for k in slots]
+    lv, lp, text = memo if memo is not None else ((_UNSET,) * len(slots), None, None)
+    same = [type(v) is type(w) and v == w for v, w in zip(vals, lv)]   # each immutable value's text is kept until it changes (a prefill
+    if text is not None and all(same): return text                      # chunk asks the same `state` more than once; a plan never changes)
+    parts = tuple(lp[i] if s else _scalar_text(v) for i, (v, s) in enumerate(zip(vals, same)))
+    text = ''.join([p + t for p, t in zip(lits, parts)]) + end
+    form[3] = (tuple(v if type(v) in _IMMUTABLE else _UNSET for v in vals), parts, text)
     return text
 
 _TEXT_FORMS, _IMMUTABLE, _UNSET = {}, (int, float, str, bool, type(None)), object()
