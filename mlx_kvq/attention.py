@@ -346,8 +346,7 @@ def _pair_prefill(queries, keys, values, scale, mask, sinks):
     side, or a calibrated side of one band (`_pair_side`), whose scales and mean the launch undoes too. A turbo-like side beside an affine one
     (`auto:B`'s calibrated keys with 8-bit affine values) takes `_side_alone` a side, and so does a calibrated side of two
     bands (an outlier band, `auto:B`'s tqBcso: its codec's decode) beside any of these or another such side. None where
-    it does not apply (the
-    general path takes the call and names any error)"""
+    it does not apply (the general path takes the call and names any error)"""
     kc, vc, n = keys.codec, values.codec, keys.n_quantized
     D = queries.shape[-1]
     ks, vs = keys.storage, values.storage
