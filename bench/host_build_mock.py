@@ -45,6 +45,23 @@ def gpu_path():
     A._agree_partial = lambda *a: None
 
 
+SMALL = {   # mlx-lm ModelArgs of the small float32 models the host mocks build (hidden 256: the CPU runs their chunks quickly)
+    'llama': ('llama', dict(model_type='llama', hidden_size=256, num_hidden_layers=16, intermediate_size=512, num_attention_heads=32, rms_norm_eps=1e-5,
+                            tie_word_embeddings=True, num_key_value_heads=8, head_dim=64, vocab_size=1024, rope_theta=10000.0)),
+    'gemma3': ('gemma3_text', dict(model_type='gemma3_text', hidden_size=256, num_hidden_layers=26, intermediate_size=512, num_attention_heads=4,
+                                   num_key_value_heads=1, head_dim=256, vocab_size=1024, sliding_window=512, sliding_window_pattern=6)),
+}
+
+
+def small_model(layout):
+    "A random-weight float32 model of `SMALL[layout]`: Llama-3.2-1B's attention layout (16 layers, 32 / 8 heads, d64) or Gemma 3's (26 layers, 4 / 1 heads, d256, sliding window 512, every sixth layer global)"
+    import importlib
+    modname, kw = SMALL[layout]
+    mod = importlib.import_module(f'mlx_lm.models.{modname}')
+    mx.random.seed(0); model = mod.Model(mod.ModelArgs(**kw)); model.set_dtype(mx.float32); mx.eval(model.parameters())
+    return model
+
+
 def build_ms(model, caches, steps):
     "Mean ms per step of building model(token) + argmax (evaluated after each step, outside the timing)"
     y = mx.array([[1]]); tot = 0.0

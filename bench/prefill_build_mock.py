@@ -10,17 +10,15 @@ runs its chunks quickly), float32; `auto:5` planned on the real path first. ROUN
 build ms per chunk (each pass's first chunk left out) and auto:5's excess over fp16. Ratios and differences measured
 side by side in one run are the result; absolute times are this machine's (2026-12-02, this CPU, 8 rounds: the excess went
 3.35 -> 2.33 ms with `CachedSide.shape` reading the storage unsliced and full storages grown without a slice)."""
-import sys, time, importlib, statistics as st
+import sys, time, statistics as st
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent)); sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx
 from mlx_kvq.bench import bench_caches, _bench_scheme, bench_calibration
 from mlx_kvq.integrate import install
 install()
-mod = importlib.import_module('mlx_lm.models.llama')
-args = mod.ModelArgs(model_type='llama', hidden_size=256, num_hidden_layers=16, intermediate_size=512, num_attention_heads=32, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                     num_key_value_heads=8, head_dim=64, vocab_size=1024, rope_theta=10000.0)
-mx.random.seed(0); model = mod.Model(args); model.set_dtype(mx.float32); mx.eval(model.parameters())
+from host_build_mock import small_model
+model = small_model('llama')
 schemes = ['fp16', 'auto:5']
 cal = {s: bench_calibration(model, [s], None, 0)[0] for s in schemes}
 for s in schemes: bench_caches(model, _bench_scheme(s), **cal[s])

@@ -15,23 +15,16 @@ layer's update and attention call, us (medians), by its cache and codecs.
 
 Absolute times are this machine's; what counts is schemes (or two checkouts, run alternately) side by side. The plan of
 `auto:5` here is this model's, not a real model's."""
-import argparse, collections, importlib, io, re, statistics as st, sys, time
+import argparse, collections, io, re, statistics as st, sys, time
 from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1])); sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlx_kvq.bench import bench_caches, _bench_scheme, bench_calibration, planned_labels
+from mlx_kvq.bench import bench_caches, _bench_scheme, bench_calibration, planned_labels, _state_arrays
+from host_build_mock import SMALL, small_model
 from mlx_kvq.integrate import install
-
-SHAPES = {
-    'gemma3': ('gemma3_text', dict(model_type='gemma3_text', hidden_size=256, num_hidden_layers=26, intermediate_size=512, num_attention_heads=4,
-                                   num_key_value_heads=1, head_dim=256, vocab_size=1024, sliding_window=512, sliding_window_pattern=6)),
-    'llama': ('llama', dict(model_type='llama', hidden_size=256, num_hidden_layers=16, intermediate_size=512, num_attention_heads=32, rms_norm_eps=1e-5,
-                            tie_word_embeddings=True, num_key_value_heads=8, head_dim=64, vocab_size=1024, rope_theta=10000.0)),
-}
-
 
 def _arrays(x): return [a for _, a in tree_flatten(x) if isinstance(a, mx.array)]
 
@@ -56,9 +49,9 @@ class Probe:
     def _wrap(self, c, i):
         u, a = c.update_and_fetch, getattr(c, 'attend', None)
         def upd(k, v):
-            if self.count: mx.eval(k, v, _arrays(c.state))
+            if self.count: mx.eval(k, v, _state_arrays(c))
             t = time.perf_counter(); r = u(k, v); self.t[(i, 'u')].append(time.perf_counter() - t)
-            if self.count: self.ops[(i, 'u')].append(_ops(_arrays(r) + _arrays(c.state))); mx.eval(_arrays(r), _arrays(c.state))
+            if self.count: self.ops[(i, 'u')].append(_ops(_arrays(r) + _state_arrays(c))); mx.eval(_arrays(r), _state_arrays(c))
             return r
         c.update_and_fetch = upd
         if a is None: return
@@ -72,15 +65,13 @@ class Probe:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument('--shape', default='gemma3', choices=sorted(SHAPES))
+    p.add_argument('--shape', default='gemma3', choices=sorted(SMALL))
     p.add_argument('--kv', nargs='+', default=['fp16', 'turbo:4', 'auto:5'])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--layers', action='store_true')
     a = p.parse_args()
     install()
-    modname, kw = SHAPES[a.shape]
-    mod = importlib.import_module(f'mlx_lm.models.{modname}')
-    mx.random.seed(0); model = mod.Model(mod.ModelArgs(**kw)); model.set_dtype(mx.float32); mx.eval(model.parameters())
+    model = small_model(a.shape)
     cal = {s: bench_calibration(model, [s], None, 0)[0] for s in a.kv}
     print(f"# prefill host work, {a.shape} layout (hidden 256), this machine, MLX {mx.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     for s in a.kv:

@@ -11,7 +11,7 @@
    asks it after every chunk; ms per chunk (medians over ROUNDS alternating passes, default 4, each pass's first chunk
    left out) for fp16, `auto:5` and `auto:5` encoding afresh, and each scheme's `state` calls alone.
 Absolute times are this machine's; the comparisons are side by side in one run."""
-import importlib, json, statistics as st, sys, time, timeit
+import json, statistics as st, sys, time, timeit
 from pathlib import Path
 
 import mlx.core as mx
@@ -47,10 +47,8 @@ def per_call():
 
 def per_chunk(rounds):
     install()
-    mod = importlib.import_module('mlx_lm.models.llama')
-    args = mod.ModelArgs(model_type='llama', hidden_size=256, num_hidden_layers=16, intermediate_size=512, num_attention_heads=32, rms_norm_eps=1e-5,
-                         tie_word_embeddings=True, num_key_value_heads=8, head_dim=64, vocab_size=1024, rope_theta=10000.0)
-    mx.random.seed(0); model = mod.Model(args); model.set_dtype(mx.float32); mx.eval(model.parameters())
+    from host_build_mock import small_model
+    model = small_model('llama')
     cal = {s: bench_calibration(model, [s], None, 0)[0] for s in ('fp16', 'auto:5')}
     print(f"\nauto:5 planned (this CPU): {planned_labels(bench_caches(model, _bench_scheme('auto:5'), **cal['auto:5']))}")
     import host_build_mock as H
