@@ -14,7 +14,6 @@ import argparse, ctypes, os, re, subprocess, tempfile
 import nvidia
 from mlx_kvq import attention_kernels as AK, packing as _P
 from mlx_kvq.attention import side_plan, _finish_kind, _query_kind, _fold_inputs, _TAIL_CONSTANTS, _pack_defines, _packed_names
-from mlx_kvq import attention as _A
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -84,7 +83,7 @@ def decode_inputs(kplan, vplan, qprep, mask='float'):
           [(f'kg{i}', '__half') for i in range(len(kplan.bands))] + ([('kz0', '__half')] if kplan.kind == 'affine' else [])
     ins += [(f'vw{i}', 'uint32_t') for i in range(len(vplan.bands))] + [(f'vg{i}', '__half') for i in range(len(vplan.bands))] + \
            ([('vz0', '__half')] if vplan.kind == 'affine' else [])
-    return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', mask), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qmap', 'float')] if qprep == 'dense' else [('qsc', 'float'), ('qsg', 'float')] if qprep else [])
+    return ins + [('ktab', 'float'), ('vtab', 'float'), ('mask', mask), ('meta', 'int32_t')] + ([('qsc', 'float'), ('qsg', 'float')] if qprep else [])
 
 def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, include=False, tail=None, lb=None, mask='float'):
     """`compile_ptxas` of the decode kernel for one configuration as the final path launches it (`fold`: the variant that
@@ -94,7 +93,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     resident blocks, default `LB`, as `attention._get_kernel` compiles a call's kernel; `mask`: the mask input's type, float for
     a masked call, 'int32_t' for a call without a mask: `attention._mask_input`'s placeholder)"""
     qprep = _query_kind(kplan)
-    if qprep == 'dense' and not _A.CAL_QDENSE: qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
+    if qprep == 'dense': qprep = None      # prepared by the query kernel (`compile_qmap`): the decode kernel reads float32 queries
     fin = _finish_kind(vplan) if fold else None
     src = AK._decode_source(kplan, vplan, G, 'cuda', qprep, fold=fin, tail=tail if fin else None, lb=lb)
     ins, outs = decode_inputs(kplan, vplan, qprep, mask), [('o', 'float'), ('ml', 'float')]
@@ -102,7 +101,7 @@ def compile_decode(kplan, vplan, G, fold=False, arch='sm_90', sass=False, includ
     if fin and tail: ins = ins + [('ts', '__half')] + [(nm, 'float') for nm in _TAIL_CONSTANTS]
     if fin and tail and len(tail) > 4 and tail[4]: ins, outs = ins + [('nk', '__half'), ('nv', '__half')], outs + [('so', '__half')]
     if fin:   # the folded kernels' constants as the launcher packs them (`attention._packed`), offsets 4 floats apart here
-        consts = ['ktab', 'vtab'] + (['qsc', 'qmap'] if qprep == 'dense' else ['qsc', 'qsg'] if qprep else []) + _fold_inputs(fin) + (_TAIL_CONSTANTS if tail else [])
+        consts = ['ktab', 'vtab'] + (['qsc', 'qsg'] if qprep else []) + _fold_inputs(fin) + (_TAIL_CONSTANTS if tail else [])
         pack = tuple((nm, 4 * i) for i, nm in enumerate(consts))
         kept = _packed_names([n for n, _ in ins], pack)
         src, ins = _pack_defines(pack) + src, [x for x in ins if x[0] in kept] + [('cst', 'float')]

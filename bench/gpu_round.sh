@@ -629,16 +629,6 @@ case $part in
          i=0; for w in ${AB:-base new}; do i=$((i + 1)); S=bench/prefill_profile.py; [ $w = base ] && S=.kvq_base/bench/prefill_profile.py
            timeout ${T2:-240} python3 $S --shape ${SHAPE:-gemma-3-1b} --kv ${KV:-fp16 auto:5} --rounds ${R:-3} --skip-layer > "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" 2>&1
            echo "== $w ($i)"; grep -E "^\| (median|peak)|Error|reference" "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" | head -3 | cut -c1-200; done ;;
-  qdense) # CAL_QDENSE (2026-12-02: calibrated keys with an outlier band, 'dense', take their queries mapped by the decode kernel; no query kernel launched): T=check the calibrated GPU checks (check_fused_cuda's calibrated cases, both kernels) and decode steps, in parallel, cut at LIMIT (170) s; T=time one call of $SHAPE (issue: 32 / 8 heads d128; gemma: 4 / 1 d256), fp16 / auto:5 ($MORE), serial, 3 rounds at $CTXS (4K, 131K), CAL_QDENSE off then on, $PAIRS (1) pairs, each in its own process; T=all both
-         if [ "${T:-all}" != time ]; then mkdir -p "$O/check"
-           timeout ${LIMIT:-170} python3 bench/check_fused_cuda.py --quick --only check --cases kvq_turbo --out "$O/check" > "$O/check.log" 2>&1 &
-           timeout ${LIMIT:-170} python3 bench/check_decode_steps.py --schemes 'calibrated 4o5' --steps 6 --out "$O/steps" > "$O/steps.log" 2>&1; wait
-           grep -E "^kvq_turbo|failing|worst" "$O/check.log" | cut -c1-200 | tail -40; tail -4 "$O/steps.log"; fi
-         if [ "${T:-all}" != check ]; then shp=""; [ "${SHAPE:-issue}" = gemma ] && shp="--heads 4 --kv-heads 1 --head-dim 256"
-           for i in $(seq ${PAIRS:-1}); do for v in False True; do tag="${SHAPE:-issue}_qd${v}_$i"
-             KVQ_KNOBS="CAL_QDENSE=$v" timeout ${TT:-150} python3 -c "import sys; sys.path.insert(0, 'bench'); from knobs import apply_knobs; print('knobs', apply_knobs()); from mlx_kvq.cli import main; sys.argv = ['mlx-kvq'] + sys.argv[1:]; sys.exit(main())" \
-               bench --kv fp16 auto:5 ${MORE:-} $shp --context ${CTXS:-4096 131072} --calls 8 --repeats 5 --rounds 3 --serial --json "$O/$tag.json" > "$O/$tag.log" 2>&1
-             grep -E "^\| [0-9]|measured these|^knobs|planned" "$O/$tag.log" | cut -c1-200 | sed "s/^/$tag: /"; done; done; fi ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

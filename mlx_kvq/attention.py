@@ -19,7 +19,7 @@ from .attention_kernels import NT, _SHARED_LIMIT, _side_layout, _nslices, _decod
 import mlx_kvq.attention_kernels as _AK   # its knobs (PCH, ...) are read at launch time: benches change them
 
 # %% auto #0
-__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'CAL_QROT', 'CAL_QDENSE', 'RING', 'side_plan',
+__all__ = ['BLOCK_BUDGET', 'PREFILL_DECODE_BUDGET', 'PREFILL_PAIR', 'META_ROWS', 'CAL_QROT', 'RING', 'side_plan',
            'fused_decode_partial', 'fused_decode', 'decode_runner', 'staged_runner', 'stage_capacity',
            'compiled_decode', 'attend']
 
@@ -414,7 +414,7 @@ def _get_kernel(kplan, vplan, G, backend, qprep=None, half=False, fold=None, tai
         if kplan.kind == 'affine': ins.append('kz0')
         ins += [f'vw{i}' for i in range(len(vplan.bands))] + [f'vg{i}' for i in range(len(vplan.bands))]
         if vplan.kind == 'affine': ins.append('vz0')
-        ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qmap'] if qprep == 'dense' else ['qsc', 'qsg'] if qprep else [])
+        ins += ['ktab', 'vtab', 'mask', 'meta'] + (['qsc', 'qsg'] if qprep else [])
         outs = ['o', 'ml']
         if fold: ins, outs = ins + ['cnt'] + _fold_inputs(fold) + (_TAIL_INPUTS if tail else []), ['scr', 'out']
         if tail and tail[4]: ins, outs = ins + ['nk', 'nv'], outs + ['so']
@@ -531,7 +531,6 @@ def _one_block(plan):
     return len(plan.bands) == 1 and b.idx is None and b.rot is not None and b.rot.path == 'hadamard' and b.rot.m == 1 and b.n % 32 == 0 and b.n <= 1024
 
 CAL_QROT = True   # one-band calibrated keys: queries prepared in the decode kernel (`_query_kind`)
-CAL_QDENSE = True   # CUDA: the other calibrated keys ('dense': an outlier band, or several rotation blocks) too, by their query map in the decode kernel (`_qdense`); False (and on Metal): the query kernel (`_get_qmap`) launched before it
 def _query_kind(plan):
     """How the decode kernel takes a plan's queries: as `_finish_kind` says, except a calibrated plan of one band over the
     whole head dim with one Walsh-Hadamard block (`auto:B`'s one-band kinds, tqBcs): its queries are prepared in the
@@ -735,7 +734,7 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
     one: everything that does not depend on the token count or the mask is prepared once per configuration, so a decode
     step builds its `meta` and the two launches, nothing else. `run` returns None for a call with staged tokens (`tail`)
     that its decode kernel cannot finish (`_fold_ok`)"""
-    key = (id(kplan), id(vplan), queries.shape, queries.dtype, kparts[0].shape[:2], scale, backend, _variant(), CAL_QROT, CAL_QDENSE)
+    key = (id(kplan), id(vplan), queries.shape, queries.dtype, kparts[0].shape[:2], scale, backend, _variant())
     got = _FINAL_RUNS.get(key)
     if got is None:
         if len(_FINAL_RUNS) > 1024: _FINAL_RUNS.clear()
@@ -745,7 +744,7 @@ def _final_launcher(queries, kplan, vplan, kparts, scale, backend):
 def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     B, Hq, _, D = queries.shape; Hkv = kparts[0].shape[1]; G = Hq // Hkv; R = B * Hkv
     qprep, fin = _query_kind(kplan), _finish_kind(vplan)
-    kdense = qprep == 'dense' and not (CAL_QDENSE and backend == 'cuda')   # the queries prepared by their own kernel, the decode kernel reads them as they come
+    kdense = qprep == 'dense'            # the queries prepared by their own kernel, the decode kernel reads them as they come
     if kdense: qprep = None
     half = queries.dtype != mx.float32
     names = _get_kernel(kplan, vplan, G, backend, qprep, half)[1]   # the decode kernel's inputs (the kernel itself: per call's blocks, `call_of`)
@@ -759,8 +758,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
     mma, pch = _uses_mma(kplan, vplan, G, backend, half), _AK._per_block(kplan, vplan, G, backend, half)
     tsc = _scalar(float(scale))
     const = dict(ktab=_tables(kplan), vtab=_tables(vplan),
-                 **(dict(qsc=_scalar(float(scale)), qmap=_kernel_maps(kplan, D)[0]) if qprep == 'dense' else
-                    dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_qsigns(kplan)) if qprep else {}))
+                 **(dict(qsc=_scalar(float(scale) / (math.sqrt(D) if qprep == 'rot' else 1.0)), qsg=_qsigns(kplan)) if qprep else {}))
     base, (iq, im, imask), parts_at = _input_slots(kplan, vplan, names, const)
     fconsts = list(const.items()) + list(zip(_fold_inputs(fin), extra))   # the folded kernels' constants, packed as one input (`_packed`)
     folds = False   # whether this configuration's calls may finish in the decode kernel (CUDA, `FOLD`)
@@ -812,7 +810,7 @@ def _make_final_launcher(queries, kplan, vplan, kparts, scale, backend):
         at = [tnames.index(nm) for nm in ('cnt', 'ts')] + ([tnames.index('nk'), tnames.index('nv')] if w else [])
         return kern, ins, (i_q, i_m, *at), pat
     def qprepared(q):
-        "The decode kernel's query input: mapped by the query kernel for 'dense' keys (calibrated codecs with an outlier band or a rotation of several blocks: `_query_kind`) where the decode kernel does not map them itself (`CAL_QDENSE`), else as it comes"
+        "The decode kernel's query input: mapped by the query kernel for 'dense' keys (calibrated codecs with an outlier band or a rotation of several blocks: `_query_kind`), else as it comes"
         return prep(inputs=[q, qmap, qsc], grid=(B * Hq * pt, 1, 1), threadgroup=(pt, 1, 1), output_shapes=[(R, G, KDP)],
                     output_dtypes=[mx.float32])[0] if kdense else mx.contiguous(q)
     def staged(q, kp, vp, n, sb, T, kc, vc, nk=None, nv=None):

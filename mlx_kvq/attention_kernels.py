@@ -235,38 +235,17 @@ def _branches(bands_src, firsts):
     if len(bands_src) == 1: return bands_src[0]
     return f"if (j < {firsts[1]}) {bands_src[0]} else {bands_src[1]}"
 
-def _qdense(KDP, D, g, d, qv):
-    """Source: a block that sets `qv` to coordinate `d` (of KDP) of head `g`'s prepared query, from its raw one (`q`:
-    (rows, G, D) in the model's dtype, row `r`) by the 'dense' query map (`qmap`: (D, KDP) float32, each band's
-    coordinates padded to whole slices: `attention._kernel_maps`), times `qsc`: float32 FMAs in the order of e"""
-    return f"""{{
-            const long qo = ((long)r * G + ({g})) * {D};
-            const float* const qm = qmap + ({d});
-            float acc = 0.0f;
-            #pragma unroll 8
-            for (int e = 0; e < {D}; ++e) acc += (float)q[qo + e] * qm[e * {KDP}];
-            {qv} = acc * qsc[0];
-        }}"""
-
 def _qload(kplan, vplan, G, qprep):
-    """Source: code tables to shared memory and the G query heads to `qs` (slice-major, 4 floats of padding per slice),
-    prepared in the kernel when `qprep` ('plain' / 'rot': scaled, signs, butterflies; 'dense': by the query map, `_qdense`)"""
+    "Source: code tables to shared memory and the G query heads to `qs` (slice-major, 4 floats of padding per slice), prepared in the kernel when `qprep`"
     KNS, KT, VT = sum(_side_layout(kplan)[0]), _side_layout(kplan)[3], _side_layout(vplan)[3]
     KDP = 32 * KNS
-    if qprep == 'dense':
-        fill = f"""    for (int i = tid; i < G * {KDP}; i += {NT}) {{
-        const int g = i / {KDP}, d = i - g * {KDP};
-        {_qdense(KDP, sum(b.n for b in kplan.bands), 'g', 'd', 'qs[(d >> 5) * QST + (d & 31) * G + g]')}
-    }}
-"""
-    else: fill = f"""    for (int i = tid; i < G * {KDP}; i += {NT}) {{
+    return f"""    KVQ_SHARED float ktab_s[{KT}];
+    KVQ_SHARED float vtab_s[{VT}];
+    for (int i = tid; i < G * {KDP}; i += {NT}) {{
         const int g = i / {KDP}, d = i - g * {KDP};
         qs[(d >> 5) * QST + (d & 31) * G + g] = {'(float)q[(long)r * G * ' + str(KDP) + ' + i] * qsc[0] * qsg[d]' if qprep else 'q[(long)r * G * ' + str(KDP) + ' + i]'};
     }}
-"""
-    return f"""    KVQ_SHARED float ktab_s[{KT}];
-    KVQ_SHARED float vtab_s[{VT}];
-{fill}    {_fwht('qs[(lo >> 5) * QST + (lo & 31) * G + g]', 'qs[(hi >> 5) * QST + (hi & 31) * G + g]', KDP, 'G') if qprep == 'rot' else ''}
+    {_fwht('qs[(lo >> 5) * QST + (lo & 31) * G + g]', 'qs[(hi >> 5) * QST + (hi & 31) * G + g]', KDP, 'G') if qprep == 'rot' else ''}
     for (int i = tid; i < {KT}; i += {NT}) ktab_s[i] = ktab[i];
     for (int i = tid; i < {VT}; i += {NT}) vtab_s[i] = vtab[i];
     KVQ_SYNC();
@@ -741,9 +720,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False, QPREP=None):
     elif kkind == 'cal':   # the prepared queries (`q`: each band's coordinates padded to whole slices, scaled) without the padding; a band's sum times its gamma
         boff, poff, KDP = _band_offsets(KSPEC[1])
         # QPREP 'rot' (one band of the whole dim, one Walsh-Hadamard block: `attention._query_kind`): the raw query rotated as a turbo key's, its signs over the channels' scales (`qsg`)
-        # QPREP 'dense' (`attention.CAL_QDENSE`): the raw query mapped here as the decode kernel's `_qload` maps it (`_qdense`), else the query kernel's output read
-        qprep = rotq('qsg') if QPREP == 'rot' else f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; {_qdense(KDP, D, 'task', 'pd', 'tq[task * TD + d]')} }}
-""" if QPREP == 'dense' else f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
+        qprep = rotq('qsg') if QPREP == 'rot' else f"""                for (int d = lane; d < TD; d += 32) {{ const int pd = {_band_select('d', boff, lambda i: f'd + {poff[i] - boff[i]}')}; tq[task * TD + d] = (float)q[((long)r * G + task) * {KDP} + pd]; }}
 """
         oc = [o[3] for o in _cal_offsets(D, KSPEC[1])[0]]
         kdot = "".join(f"{{ float sb = 0.0f; for (int j = 0; j < {n}; ++j) sb += qg[{boff[i]} + j] * sgk[{oc[i]} + kc[{boff[i]} + j]]; s += sb * tn[t * KN + {i}]; }}\n            "

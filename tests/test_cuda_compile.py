@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 import cuda_registers as CR
 from mlx_kvq import attention_kernels as AK
 from mlx_kvq import attention as A
-from mlx_kvq.attention import side_plan, _finish_kind, _query_kind, CAL_QDENSE
+from mlx_kvq.attention import side_plan, _finish_kind
 from mlx_kvq.codecs import AffineCodec
 from mlx_kvq.turbo_codec import TurboCodec
 
@@ -182,8 +182,8 @@ def test_dynamic_shared_memory_launches(case, fold):
     MLX leaves the kernel's dynamic limit at its default and the launch fails (seen on an H200, 2026-11-28)"""
     _, kc, vc, G, D = case
     kp, vp = side_plan(kc, D), side_plan(vc, D)
-    qprep = _query_kind(kp)
-    src = AK._decode_source(kp, vp, G, 'cuda', None if qprep == 'dense' and not CAL_QDENSE else qprep, fold=_finish_kind(vp) if fold else None)
+    qprep = _finish_kind(kp)
+    src = AK._decode_source(kp, vp, G, 'cuda', None if qprep == 'dense' else qprep, fold=_finish_kind(vp) if fold else None)
     dyn = AK.dynamic_shared_bytes(src)
     (regs, spill, smem), _ = CR.compile_decode(kp, vp, G, fold)
     assert (dyn > 0) == (AK._uses_mma(kp, vp, G, 'cuda') and AK.LEAN and AK._lean_ok(kp, vp)), case[0]

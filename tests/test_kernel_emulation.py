@@ -227,9 +227,7 @@ def test_block_merge_only_for_narrow_values():
 
 def test_dense_finish_is_checked(monkeypatch):
     """Not vacuous: the calibrated codecs' final path is wrong, and caught, when the query kernel drops the attention
-    scale, or when the combine's or the folded finish's output map skips the first row of the band space (the query
-    kernel: with `CAL_QDENSE` off, as Metal runs it; on, the decode kernel maps the queries: `test_dense_calibrated_queries_in_the_kernel`)"""
-    monkeypatch.setattr(A, 'CAL_QDENSE', False)
+    scale, or when the combine's or the folded finish's output map skips the first row of the band space"""
     name, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[0] == 'calibrated 5o/4o'][0]
     kc, vc = _pair(kc, vc, D)
     assert E.check_final(kc, vc, B, Hkv, G, D, n, False) <= E.final_tolerance(kc, vc, G, D)
@@ -266,34 +264,6 @@ def test_one_band_calibrated_queries_in_the_kernel(monkeypatch):
     wrong = _tail_mutator(monkeypatch, (32 * sum(AK._side_layout(A.side_plan(vc, D))[0]), D, D, 8, A._tail_spec(A.side_plan(kc, D)), A._tail_spec(A.side_plan(vc, D)), False, 'rot'))
     wrong('const float* const signs = qsg;', 'const float* const signs = sgk;')
     assert E.check_staged(kc, vc, B, Hkv, G, D, 300, 4, 8) > 1e-2
-
-def test_dense_calibrated_queries_in_the_kernel(monkeypatch):
-    """Calibrated keys with an outlier band (`_query_kind` 'dense': auto:B's tqBcso) take their queries mapped by the
-    decode kernel itself on CUDA (`CAL_QDENSE`: `_qdense`, the dense query map the query kernel applies, times the
-    scale), in the final path (combine and fold) and in the staged path (the staged keys' scores); `CAL_QDENSE=False`
-    keeps the query kernel. Not vacuous: the final path is caught when the map leaves out the scale, and the staged
-    path when the staged tokens' queries read the map's column of the unpadded coordinate (d for pd)"""
-    name, kc, vc, B, Hkv, G, D, n = [c for c in FINAL if c[0] == 'calibrated 5o/4o'][0]
-    kc, vc = _pair(kc, vc, D)
-    kp, vp = A.side_plan(kc, D), A.side_plan(vc, D)
-    assert A._query_kind(kp) == 'dense' and len(kp.bands) == 2
-    tol = E.final_tolerance(kc, vc, G, D)
-    for qd in (True, False):
-        monkeypatch.setattr(A, 'CAL_QDENSE', qd)
-        assert E.check_final(kc, vc, B, Hkv, G, D, n, True) <= tol, qd
-        assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) <= tol, qd
-        for T in (1, 8):
-            assert E.check_staged(kc, vc, B, Hkv, G, D, 300, T, 8) <= tol, (qd, T)
-    monkeypatch.setattr(A, 'CAL_QDENSE', True)
-    src = AK._decode_source(kp, vp, G, 'cuda', 'dense')
-    assert 'qmap' in src and src.count('acc * qsc[0]') == 1
-    orig = AK._qdense
-    monkeypatch.setattr(AK, '_qdense', lambda *a: orig(*a).replace('acc * qsc[0]', 'acc'))
-    assert E.check_final(kc, vc, B, Hkv, G, D, n, False, fold=True) > 1e-2
-    monkeypatch.setattr(AK, '_qdense', orig)
-    wrong = _tail_mutator(monkeypatch, (32 * sum(AK._side_layout(vp)[0]), D, D, 8, A._tail_spec(kp), A._tail_spec(vp), False, 'dense'))
-    wrong('const float* const qm = qmap + (pd);', 'const float* const qm = qmap + (d);')
-    assert E.check_staged(kc, vc, B, Hkv, G, D, 300, 8, 8) > 1e-2
 
 def test_emulator_catches_a_wrong_kernel(monkeypatch):
     "The check is not vacuous: one wrong shift in the SIMT value decode is caught"
@@ -698,7 +668,7 @@ def test_metal_layout(case):
     assert E.check(kc, vc, B, Hkv, G, D, n, True, backend='metal') <= 1e-4, name
 
 @pytest.mark.parametrize('scheme,dtype', [('turbo:4', 'float32'), ('turbo:4', 'float16'), ('affine:8,4', 'float16'), ('turbo:3', 'bfloat16'),
-                                          ('calibrated', 'float16'), ('calibrated, query kernel', 'float16'), ('calibrated one-band keys', 'float16')])
+                                          ('calibrated', 'float16'), ('calibrated one-band keys', 'float16')])
 def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     """A cache's decode steps exactly as a GPU runs them, with `mx.fast.cuda_kernel` standing in for the emulator: the
     quantize kernel (turbo: model dtype in, float16 norms out) and the decode + combine kernels launched by the memoized
@@ -725,8 +695,7 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
     monkeypatch.setattr(A, '_fast_final', lambda *a: served.append(orig_fast(*a)) or served[-1])
     dt = getattr(mx, dtype)
     B, Hkv, G, D, n0, steps = 1, 2, 4, 128, 200, 3
-    if scheme == 'calibrated, query kernel': monkeypatch.setattr(A, 'CAL_QDENSE', False)   # 'dense' keys' queries by their own kernel (as Metal does)
-    if scheme.startswith('calibrated,') or scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the final path's 'dense' finish
+    if scheme == 'calibrated': cache = CodecKVCache(*E.calibrated_pair(D))   # auto:B's codecs: the final path's 'dense' finish
     elif scheme == 'calibrated one-band keys': cache = CodecKVCache(E.calibrated(3, 0, D, outliers=False), E.calibrated(6, 1, D))   # auto:B's tq3cs keys
     else: cache = TurboQuantKVCache(int(scheme[-1]), int(scheme[-1])) if scheme.startswith('turbo') else CodecKVCache(AffineCodec(8), AffineCodec(4))
     mx.random.seed(3)
@@ -744,9 +713,8 @@ def test_decode_steps_through_the_launchers(scheme, dtype, monkeypatch):
             assert err <= (1e-3 if dt == mx.float32 else 2e-3 + (2 ** -8 if dt == mx.bfloat16 else 0.0)), (scheme, dtype, t, err)   # bfloat16: the output's rounding
     assert served and all(s is not None for s in served[1:]) and sum(s is not None for s in served) == steps - 1
     assert not E.TINY_INPUTS, E.TINY_INPUTS   # no kernel input in MLX's small-block pool (`packing.device_constant`)
-    if scheme.startswith('calibrated,') or scheme == 'calibrated':   # the output finished by the decode kernel (dense map); the queries mapped by the decode kernel (`CAL_QDENSE`) or by their own kernel
-        assert A._query_kind(A.side_plan(cache.k_codec, D)) == 'dense' and A._finish_kind(A.side_plan(cache.v_codec, D)) == 'dense'
-        assert any(nm.startswith('mlx_kvq_qmap') for nm in launched) == (scheme == 'calibrated, query kernel'), set(launched)
+    if scheme == 'calibrated':   # the queries prepared by their own kernel (dense map), the output finished by the decode kernel (dense map)
+        assert A._finish_kind(A.side_plan(cache.k_codec, D)) == 'dense' and any(nm.startswith('mlx_kvq_qmap') for nm in launched), set(launched)
     if scheme == 'calibrated one-band keys':   # the queries prepared in the decode kernel (`_query_kind`): no query kernel launched
         assert A._query_kind(A.side_plan(cache.k_codec, D)) == 'rot' and not any(nm.startswith('mlx_kvq_qmap') for nm in launched), set(launched)
     # calls of a few chunks (`AK.FOLD`): the decode kernel finished the attention itself, no combine kernel was launched
