@@ -78,7 +78,8 @@ def main():
              ('calibrated 3o/6o d64 (Llama-3.2-1B)', calibrated(3, 0, 64), calibrated(6, 1, 64), 1, 8, 4, 64, 3000),
              ('calibrated 2 / 6, one band d64 B2', calibrated(2, 0, 64, outliers=False), calibrated(6, 1, 64, outliers=False), 2, 8, 4, 64, 3000),
              ('calibrated 4o keys / affine:8 d64', calibrated(4, 0, 64), AffineCodec(8), 1, 8, 4, 64, 3000),
-             ('calibrated 4o/5o d128', calibrated(4, 0, 128), calibrated(5, 1, 128), 1, 8, 4, 128, 4000)]
+             ('calibrated 4o/5o d128', calibrated(4, 0, 128), calibrated(5, 1, 128), 1, 8, 4, 128, 4000),
+             ('calibrated 4o/5o d256 (Gemma)', calibrated(4, 0, 256), calibrated(5, 1, 256), 1, 1, 4, 256, 3000)]   # a stage of 4 since 2026-12-02
     for dt in (mx.float32, mx.float16, mx.bfloat16):
         for c in cases:
             if a.cases in c[0]: rows += case(*c, dt)
