@@ -1,8 +1,8 @@
 """Staged decode tokens (`CodecKVCache.stage`; turbo, affine and calibrated codecs) on the GPU, step by step: a staging cache beside one that quantizes every
 step's token (stage 0), fed the same tokens and queries through `attend` (the folded kernel that quantizes the staged
 tokens itself, `attention_kernels._tail_source`, once verified). What must hold: both caches hold the same codes at
-every step (`dequantized` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
-ones), the two outputs agree to float32 rounding (float32 models: the kernel's in-kernel codes and norms are the
+every step (`side_codes` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
+ones; `same_dequantized`: their decoded floats, which on the GPU may differ by rounding where the codes do not), the two outputs agree to float32 rounding (float32 models: the kernel's in-kernel codes and norms are the
 stored ones; one differing code would show as ~1e-3), and each output is within the final path's bar of the reference
 (`codec_attention` on the CPU stream, float32). The quantize kernels are verified on a scratch cache first: until
 2026-11-28 a kernel's first use returned the reference implementation's codes, which may differ from the kernel's at a
@@ -33,6 +33,22 @@ def rel(a, b):
     return (mx.abs(a - b).max() / mx.abs(b).max()).item()
 
 
+def side_codes(cache):
+    """Every token's stored parts (codes and their scalars) of both sides, in token order: the stored tokens' parts, then
+    the staged tokens as their codec encodes them (what the cache will store). Compared as parts, not as dequantized floats:
+    until 2026-12-02 this check compared `dequantized()`, which decodes a stage's tokens apart from the stored ones, and on
+    the H200 a lone staged token of the d256 calibrated case (one KV head) decoded to other floats than the same codes
+    among the stored tokens (cause not pinned down; `bench/h200_20261202e/README.md`), so equal codes read as unequal"""
+    out = []
+    for side in cache._fetch():
+        parts = list(side.parts) if side.n_quantized else None
+        if side.tail is not None and side.tail.shape[-2] and side.staged is not None:
+            enc = side.codec.encode(side.tail)
+            parts = list(enc) if parts is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(parts, enc)]
+        out += parts or []
+    return out
+
+
 def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
     "kbits / vbits: turbo bits, or a codec (affine, calibrated)"
     mx.random.seed(0)
@@ -55,10 +71,11 @@ def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):
         tail = A._staged_tail(k, v)
         with mx.stream(mx.cpu):
             ref = codec_attention(q.astype(mx.float32), pk, pv, scale=D ** -0.5)
-        same = all(mx.array_equal(a, b).item() for a, b in zip(c.dequantized(), p.dequantized()))
+        same = all(mx.array_equal(a, b).item() for a, b in zip(side_codes(c), side_codes(p)))
+        same_deq = all(mx.array_equal(a, b).item() for a, b in zip(c.dequantized(), p.dequantized()))
         r = dict(case=name, dtype=str(dtype).split('.')[-1], B=B, G=G, D=D, step=t, T=0 if tail is None else tail[2],
                  cap=A.stage_capacity(kc, vc), staged_vs_stored=rel(out, outp), staged_vs_reference=rel(out, ref),
-                 stored_vs_reference=rel(outp, ref), same_codes=same, written_by_kernel=deferred)
+                 stored_vs_reference=rel(outp, ref), same_codes=same, same_dequantized=same_deq, written_by_kernel=deferred)
         print(json.dumps(r), flush=True); rows.append(r)
     return rows
 
@@ -79,13 +96,13 @@ def main():
              ('calibrated 2 / 6, one band d64 B2', calibrated(2, 0, 64, outliers=False), calibrated(6, 1, 64, outliers=False), 2, 8, 4, 64, 3000),
              ('calibrated 4o keys / affine:8 d64', calibrated(4, 0, 64), AffineCodec(8), 1, 8, 4, 64, 3000),
              ('calibrated 4o/5o d128', calibrated(4, 0, 128), calibrated(5, 1, 128), 1, 8, 4, 128, 4000),
-             ('calibrated 4o/5o d256 (Gemma)', calibrated(4, 0, 256), calibrated(5, 1, 256), 1, 1, 4, 256, 3000)]   # no stage (the warp's scratch does not fit beside the score buffer at d256): its decode steps quantize each token
+             ('calibrated 4o/5o d256 (Gemma)', calibrated(4, 0, 256), calibrated(5, 1, 256), 1, 1, 4, 256, 3000)]   # a stage of 4 since 2026-12-02
     for dt in (mx.float32, mx.float16, mx.bfloat16):
         for c in cases:
             if a.cases in c[0]: rows += case(*c, dt)
     staged = [r for r in rows if r['T']]
     worst = lambda k, rs: max((r[k] for r in rs), default=None)
-    summary = dict(rows=len(rows), staged_rows=len(staged), written_by_kernel=sum(r['written_by_kernel'] for r in rows), all_same_codes=all(r['same_codes'] for r in rows),
+    summary = dict(rows=len(rows), staged_rows=len(staged), written_by_kernel=sum(r['written_by_kernel'] for r in rows), all_same_codes=all(r['same_codes'] for r in rows), all_same_dequantized=all(r['same_dequantized'] for r in rows),
                    worst_staged_vs_stored_float32=worst('staged_vs_stored', [r for r in staged if r['dtype'] == 'float32']),
                    worst_staged_vs_stored_half=worst('staged_vs_stored', [r for r in staged if r['dtype'] != 'float32']),
                    worst_staged_vs_reference=worst('staged_vs_reference', staged), caps=sorted({(r['case'], r['cap']) for r in rows}))

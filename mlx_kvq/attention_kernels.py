@@ -626,7 +626,7 @@ def _tail_floats(G, VDP, tail):
     if not tail: return 0
     D, cap = tail[0], tail[1]
     Dv = _tail_width(tail[3], VDP)
-    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], Dv)[3]) + -(-cap * (D + VDP) // 4) + _NW * sum(_tail_scratch(D, Dv, tail[2], tail[3]))
+    return G * (cap + 2 + D) + cap * (_tail_side(tail[2], D)[3] + _tail_side(tail[3], Dv)[3]) + -(-cap * (D + VDP) // 4) + _NW * _tail_scratch(tail[2], tail[3])
 
 def _cal_spec(spec):
     "The bands of a calibrated side's staged spec ('cal', bands), else None"
@@ -637,10 +637,12 @@ def _tail_width(spec, VDP):
     bands = _cal_spec(spec)
     return VDP if bands is None else sum(n for n, _, _ in bands)
 
-def _tail_scratch(D, Dv, kspec, vspec):
-    "Floats of a warp's scratch for calibrated sides' staged quantization, after the staged codes: (its centred row, then the widest band of it); (0, 0) without one"
-    cal = [(w, b) for w, b in ((D, _cal_spec(kspec)), (Dv, _cal_spec(vspec))) if b is not None]
-    return (max(w for w, _ in cal), max(n for _, b in cal for n, _, _ in b)) if cal else (0, 0)
+def _tail_scratch(kspec, vspec):
+    """Floats of a warp's scratch for calibrated sides' staged quantization, after the staged codes: the widest band
+    (`calibrated._cal_quant_source` centres and scales a band's channels as it gathers them); 0 without one. (Until
+    2026-12-02 the centred row too, D floats more a warp: at head dim 256 no stage of a calibrated pair then fit the
+    score buffer, so Gemma's global layers did not stage.)"""
+    return max((n for s in (kspec, vspec) for n, _, _ in (_cal_spec(s) or ())), default=0)
 
 def _fold_ok(S, G, VDP, tail=None):
     """Whether a decode call of S chunks can be finished by its decode kernel (`_fold_source`): at most FOLD chunks, and the
@@ -676,7 +678,7 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False, QPREP=None):
     more than an input, `bench/host_inputs_cuda.py`) and quantizes the staged tokens from it: the cache's update then makes no op at all (`CodecKVCache`, "deferred write")."""
     kkind, _, kgs, KN = _tail_side(KSPEC, D)
     vkind, _, vgs, VN = _tail_side(VSPEC, Dv)
-    SD, SB = _tail_scratch(D, Dv, KSPEC, VSPEC); SCR = SD + SB          # a warp's scratch for a calibrated side: its centred row, then a band
+    SCR = _tail_scratch(KSPEC, VSPEC)          # a warp's scratch for a calibrated side: a band
     tsw = f"        float* const tsw = reinterpret_cast<float*>(tkc) + {-(-CAP * (D + VDP) // 4)};   // then the warps' scratch (`_tail_scratch`)" if SCR else ""
     def quant(spec, width, x, signs, bnd, codes, aux):   # one staged row of one side, as the cache's quantize stores it
         kind, bits, gs, _ = _tail_side(spec, width)
@@ -684,9 +686,8 @@ def _tail_source(VDP, Dv, D, CAP, KSPEC, VSPEC, WRITE=False, QPREP=None):
             boff = _band_offsets(spec[1])[0]
             return f"""                const T* const xr = {x};
                 const float* const C = {signs};
-                float* const tys = tsw + warp * {SCR};
-                float* const tyb = tys + {SD};
-""" + _cal_quant_source(width, spec[1], "tys", "tyb", lambda i: f"{codes}[{boff[i]} + r] = (unsigned char)code;",
+                float* const tyb = tsw + warp * {SCR};
+""" + _cal_quant_source(width, spec[1], "tyb", lambda i: f"{codes}[{boff[i]} + r] = (unsigned char)code;",
                         lambda i, g: f"{aux}[{i}] = __half2float(__float2half_rn({g}));   // as the pair kernel stores it (float16)",
                         lambda i, n, b: "            __syncwarp();\n")
         if kind == 'affine':

@@ -203,20 +203,20 @@ def _code_search(bits, ob):
     return f"""                int code = 0;
                 for (int s = {1 << (bits - 1)}; s > 0; s >>= 1) code += u > C[{ob} + code + s - 1] ? s : 0;"""
 
-def _cal_quant_source(D, bands, ys, yb, code, gamma, after):
+def _cal_quant_source(D, bands, yb, code, gamma, after):
     """Kernel text of a warp quantizing one row `xr` (D values, any float type) by a side's constants `C` (`_cal_consts`)
-    as `_encode` does: centred and scaled into `ys[]`, then per band (`bands` = [(n, bits, has_idx)]) gathered into `yb[]`,
+    as `_encode` does: per band (`bands` = [(n, bits, has_idx)]) its channels centred and scaled as they are gathered
+    from `xr` into `yb[]` (each channel's (x - mean) * (1 / scale) rounded as one float operation after the other, where
+    a full centred row in the warp's scratch was before 2026-12-02: the same values, D floats of scratch fewer),
     normalized, rotated, coded by the boundaries. `code(i)`: the statement that stores band i's `code` of rotated
     coordinate `r`; `gamma(i, g)`: lane 0's statement storing its gamma `g` (a float expression); `after(i, n, bits)`: text
     after each band's gamma. One text for the pair kernel (which packs the codes) and the decode kernel's staged tokens
     (`attention_kernels._tail_source`, which attends them): the same operations in the same order, so both give the same codes"""
-    src = [f"""        for (int j = lane; j < {D}; j += 32) {ys}[j] = __fmul_rn(__fsub_rn((float)xr[j], C[j]), C[{D} + j]);
-        __syncwarp();
-"""]
+    src = []
     for i, ((n, bits, has_idx), (oi, orr, ob, oc)) in enumerate(zip(bands, _cal_offsets(D, bands)[0])):
         src.append(f"""        {{   // band {i}: {n} channels, {bits} bits, {-(-n * bits // 32)} words
             float ss = 0.0f;
-            for (int j = lane; j < {n}; j += 32) {{ const float v = {ys}[{f'(int)C[{oi} + j]' if has_idx else 'j'}]; {yb}[j] = v; ss = __fmaf_rn(v, v, ss); }}
+            for (int j = lane; j < {n}; j += 32) {{ const int ch = {f'(int)C[{oi} + j]' if has_idx else 'j'}; const float v = __fmul_rn(__fsub_rn((float)xr[ch], C[ch]), C[{D} + ch]); {yb}[j] = v; ss = __fmaf_rn(v, v, ss); }}
             for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
             const float nrm = __fsqrt_rn(ss), inv = fmaxf(nrm, 1e-30f);
             __syncwarp();
@@ -294,7 +294,7 @@ def _cal_side_source(x, D, bands):
     return f"""        const T* const xr = x{x} + (size_t)row * {D};
         const size_t orow = (size_t)(row / n) * cap + pos + (row % n);   // its row in the output storage
         const float* const C = c{x};
-""" + _cal_quant_source(D, bands, "ys[warp]", "yb[warp]", lambda i: "cs[warp][r] = (unsigned char)code;",
+""" + _cal_quant_source(D, bands, "yb[warp]", lambda i: "cs[warp][r] = (unsigned char)code;",
                         lambda i, g: f"g{x}{i}[orow] = __float2half_rn({g});", lambda i, n, bits: _cal_pack_words(x, i, n, bits)), _cal_offsets(D, bands)[1]
 
 _CALK = {}
@@ -313,7 +313,7 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
     key = (Dk, tuple(kb), Dv, tuple(vb), into, CAL_BSEARCH, CAL_WHT)
     if key not in _CALK:
         ks, kl = _cal_side_source("k", Dk, kb); vs, vl = _cal_side_source("v", Dv, vb)
-        dmax, nmax = max(Dk, Dv), max(n for n, _, _ in (*kb, *vb))
+        nmax = max(n for n, _, _ in (*kb, *vb))
         copy = f"""    if ((int)blockIdx.x >= qb) {{                     // a thread per row of one side's new storages
         const unsigned int per = (unsigned int)(rows / n) * (unsigned int)cap;
         const unsigned int i = (unsigned int)(blockIdx.x - qb) * blockDim.x + threadIdx.x;
@@ -329,7 +329,6 @@ def _cal_kernel(Dk, kb, Dv, vb, into=False):
         src = f"""
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    __shared__ float ys[WARPS][{dmax}];
     __shared__ float yb[WARPS][{nmax}];
     __shared__ unsigned char cs[WARPS][{nmax}];
     const int rows = meta[0], n = meta[1], pos = meta[2], cap = meta[3], qb = meta[4];

@@ -100,6 +100,7 @@ STAGED = [('turbo:4 d128', TurboCodec(4), TurboCodec(4, seed=1), 4, 128, 32), ('
           ('affine:4 g32 d256', AffineCodec(4, 32), AffineCodec(4, 32), 4, 256, 8), ('turbo:4 / affine:4 d64', TurboCodec(4), AffineCodec(4), 4, 64, 32),
           ('turbo:3/4 d128 G8', TurboCodec(3), TurboCodec(4, seed=1), 8, 128, 16), ('affine:4 d128 G8', AffineCodec(4), AffineCodec(4), 8, 128, 16),
           ('calibrated 4o/4o d64', *calibrated_pair(64), 4, 64, 32), ('calibrated 4o/4o d128', *calibrated_pair(128), 4, 128, 16),   # the 'dense' finish, the pair kernel's quantization
+          ('calibrated 4o/4o d256', *calibrated_pair(256), 4, 256, 4),   # Gemma's global layers
           ('calibrated 3o keys / affine:8 d64', calibrated(3, 0, 64), AffineCodec(8), 4, 64, 32), ('turbo:4 keys / calibrated 5o d128', TurboCodec(4), calibrated(5, 1, 128), 4, 128, 16)]
 
 @pytest.mark.parametrize('case', STAGED, ids=[c[0] for c in STAGED])

@@ -792,6 +792,7 @@ STAGED = [('turbo:4', TurboCodec(4), TurboCodec(4, seed=1), 1, 2, 4, 128, 300, 8
           ('affine:4 g32 d64 G8 B2', AffineCodec(4, 32), AffineCodec(4, 32), 2, 2, 8, 64, 300, 8),
           ('affine:3 g128 / turbo:4 d256', AffineCodec(3, 128), TurboCodec(4, seed=1), 1, 1, 4, 256, 200, 8),   # one side of each kind
           ('calibrated 4o/4o d64', None, None, 1, 2, 4, 64, 300, 8),                                          # calibrated sides (auto:B's): the pair kernel's arithmetic
+          ('calibrated 4o/4o d256', None, None, 1, 1, 4, 256, 200, 4),                                        # Gemma's global layers (a stage of 4 fits since 2026-12-02)
           ('calibrated 4o keys / affine:8 d128 G8 B2', 'cal-affine', None, 2, 1, 8, 128, 300, 8),             # a calibrated side beside an affine one (auto:B on Llama shapes)
           ('turbo:4 keys / calibrated 5o values', 'turbo-cal', None, 1, 2, 4, 128, 300, 8),
           ('calibrated one-band 2 keys / 6o values d64', 'cal1', None, 1, 2, 4, 64, 300, 8)]                # keys prepared in the kernel (`_query_kind`), the staged ones' queries too

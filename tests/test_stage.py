@@ -138,8 +138,9 @@ def test_stage_capacity_of_the_real_kernels():
     with 4 query heads per KV head and at 64 with 16, 8 at 256 (the embedded Gemma's), 16 with 8 query heads at 128
     (8 for affine before the fold merged in two levels: the score buffer held FOLD partial weights, now one per merge
     group), none where the score buffer is full (16 query heads at 128); calibrated codecs (auto:B's, quantized by their
-    pair kernel's arithmetic in a warp's scratch) 32 at head dim 64, 16 at 128, none at 256, and none for a calibrated
-    codec whose bands are not the ones the plan reads"""
+    pair kernel's arithmetic in a warp's scratch) 32 at head dim 64, 16 at 128 with outlier bands (32 with one band), 4 at
+    256 (the embedded Gemma's global layers; none before 2026-12-02, when the warp's scratch held the centred row too),
+    and none for a calibrated codec whose bands are not the ones the plan reads"""
     from mlx_kvq.attention import side_plan
     from mlx_kvq.attention_kernels import _side_layout
     def cap(kc, vc, G, D):
@@ -153,8 +154,9 @@ def test_stage_capacity_of_the_real_kernels():
     assert cap(AffineCodec(4, 32), AffineCodec(4, 32), 4, 256) == 8 and cap(AffineCodec(4), AffineCodec(4), 16, 128) == 0
     sys.path.insert(0, str(Path(__file__).parent))
     from kernel_emulator import calibrated_pair
-    assert cap(*calibrated_pair(128), 4, 128) == 16 and cap(*calibrated_pair(64), 4, 64) == 32 and cap(*calibrated_pair(256), 4, 256) == 0
-    assert cap(calibrated(3, 0, 64), AffineCodec(8), 4, 64) == 32 and cap(calibrated(3, 0, 128), AffineCodec(8), 4, 128) == 16   # beside affine values (auto:B on Llama shapes)
+    assert cap(*calibrated_pair(128), 4, 128) == 16 and cap(*calibrated_pair(64), 4, 64) == 32 and cap(*calibrated_pair(256), 4, 256) == 4
+    assert cap(calibrated(3, 0, 256, outliers=False), calibrated(6, 1, 256), 4, 256) == 4 and cap(calibrated(2, 0, 128, outliers=False), calibrated(6, 1, 128, outliers=False), 4, 128) == 32
+    assert cap(calibrated(3, 0, 64), AffineCodec(8), 4, 64) == 32 and cap(calibrated(3, 0, 128), AffineCodec(8), 4, 128) == 32   # beside affine values (auto:B on Llama shapes; 16 at d128 before 2026-12-02)
     kc, vc = calibrated_pair(128)
     other = side_plan(calibrated(3, 0, 128), 128)                               # bands of other widths than the codec quantizes
     assert A._codec_stages(kc, side_plan(kc, 128)) and not A._codec_stages(kc, other)
