@@ -21,8 +21,9 @@ from .recipe import _is_embedded
 from .cli import CliError, register_command, _positive_int, _nonneg_int, OPENBLAS
 
 # %% auto #0
-__all__ = ['CALIB_RANDOM', 'MODEL_SHAPES', 'layer_model', 'bench_caches', 'bench_calibration', 'planned_labels', 'bench',
-           'bench_table', 'bench_header', 'shape_args', 'shape_model', 'decode_bench', 'decode_table', 'run_bench']
+__all__ = ['CALIB_RANDOM', 'MODEL_SHAPES', 'HOST_STEPS', 'HOST_BOUND', 'layer_model', 'bench_caches', 'bench_calibration',
+           'planned_labels', 'bench', 'bench_table', 'bench_header', 'shape_args', 'shape_model', 'decode_bench',
+           'decode_table', 'run_bench']
 
 # %% ../nbs/11b_bench.ipynb #40727240
 def _bench_scheme(text: str):
@@ -292,11 +293,36 @@ def shape_model(name: str, dtype=mx.float16, seed: int = 0):
     model.set_dtype(dtype); mx.eval(model.parameters())
     return model
 
+HOST_STEPS = 4   # decode steps per scheme (and round) that `decode_bench` also takes one at a time: the host's share of a step
+HOST_BOUND = 0.9   # a row whose host ms reach this share of its pipelined step's ms: the host bound that decode
+
+def _host_steps(model, caches, n: int = HOST_STEPS):
+    """(host ms, step ms) per decode step over `n` greedy steps taken one at a time: `host` is building the step's graph in
+    Python plus MLX's submission of it (`mx.async_eval`: walking the graph and launching its kernels), `step` that plus the
+    wait for its result. In mlx-lm's pipelined loop the host builds and submits step n + 1 while the device runs step n, so
+    a step costs about max(host, the device's time): where `host` reaches the pipelined step's time, the host bounds the
+    decode, and a cache the device reads faster cannot make it faster there. The caches advance by `n` tokens"""
+    y, host, step = mx.array([[1]]), 0.0, 0.0
+    for _ in range(n):
+        t0 = time.perf_counter()
+        nxt = mx.argmax(model(y, cache=caches)[:, -1, :], axis=-1, keepdims=True)
+        mx.async_eval(nxt); t1 = time.perf_counter()
+        mx.eval(nxt); t2 = time.perf_counter()
+        host, step, y = host + (t1 - t0), step + (t2 - t0), nxt
+    return 1e3 * host / n, 1e3 * step / n
+
+def _host_stats(hs):
+    "A row's host_ms / step_ms (medians over its rounds' `_host_steps`) and host_ms_rounds; None where none were taken"
+    if not hs or hs[0] is None: return dict(host_ms=None, step_ms=None, host_ms_rounds=None)
+    return dict(host_ms=statistics.median(h for h, _ in hs), step_ms=statistics.median(s for _, s in hs), host_ms_rounds=[h for h, _ in hs])
+
 def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(1024,), *, steps: int = 32, warmup: int = 3,
                  dtype=None, group_size: int = 64, seed: int = 0, rounds: int = 1, progress=None, tokenizer=None,
-                 calib_tokens=None) -> list[dict]:
+                 calib_tokens=None, host_steps: int | None = None) -> list[dict]:
     """Greedy decode tokens/s of `model` with every cache layer filled to each context, per scheme, with fp16 first as the
-    reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value). With `rounds` > 1 every
+    reference; rows of dicts (context, scheme, tokens_per_s, vs_fp16, nbytes, bits_per_value, and `host_ms` / `step_ms`:
+    after each timed run `host_steps` steps one at a time, `_host_steps`, medians over the rounds; by default `HOST_STEPS`
+    on a GPU and none elsewhere, where MLX runs a step's kernels on the host as it submits them: None). With `rounds` > 1 every
     scheme's caches of a context are filled once and kept, and each round times every scheme in turn (the order reversed
     every other round, the caches trimmed back to the context after each run, or refilled where they cannot be trimmed):
     a row's tokens/s is the median over the rounds and `vs_fp16` the median of each round's ratio to that round's fp16
@@ -304,6 +330,9 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
     scheme. A planned scheme (`auto:B`) is planned on `calib_tokens`, else as `bench_calibration` says"""
     parsed = [(s, _bench_scheme(s)) for s in schemes]
     if steps < 1: raise CliError(f"--steps must be 1 or more, got {steps}")
+    if host_steps is None: host_steps = HOST_STEPS if mx.default_device() == mx.gpu else 0
+    if isinstance(host_steps, bool) or not isinstance(host_steps, int) or host_steps < 0: raise CliError(f"host_steps must be 0 or more, got {host_steps!r}")
+    host = (lambda cs: _host_steps(model, cs, host_steps)) if host_steps else (lambda cs: None)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1: raise CliError(f"--rounds must be 1 or more, got {rounds!r}")
     for c in contexts:
         if int(c) < 2: raise CliError(f"contexts must be 2 tokens or more, got {c}")
@@ -330,11 +359,11 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
         for _ in gen: pass
         return tps
     def held(caches): return sum(int(c.nbytes) for c in caches), bits_per_value(caches, model, shapes), len(caches), planned_labels(caches)   # counted after a run
-    def row(context, name, tps, ref, kept):
+    def row(context, name, tps, ref, kept, hs):
         "A row of one scheme: median tokens/s over its rounds, the median of each round's ratio to that round's fp16 and their range"
         return dict(context=context, scheme=name, tokens_per_s=statistics.median(tps), tokens_per_s_rounds=tps,
                     **_ratio_stats(tps, ref, "vs_fp16"), nbytes=kept[0], bits_per_value=kept[1], steps=steps,
-                    layers=kept[2], rounds=len(tps), codecs=kept[3])
+                    layers=kept[2], rounds=len(tps), codecs=kept[3], **_host_stats(hs))
     rows = []
     for context in contexts:
         context, ref = int(context), None
@@ -343,36 +372,51 @@ def decode_bench(model, schemes=("fp16", "affine:8,4", "turbo:4"), contexts=(102
                 caches = filled(scheme, context)
                 tps = [tokens_per_s(caches)]
                 if scheme == "fp16": ref = tps
-                rows.append(row(context, name, tps, ref, held(caches)))
+                kept = held(caches)
+                rows.append(row(context, name, tps, ref, kept, [host(caches)]))
                 if progress: progress(rows[-1])
                 del caches
                 mx.clear_cache()
             continue
         sets = {name: filled(scheme, context) for name, scheme in parsed}
-        kept, tps = {}, {name: [] for name, _ in parsed}
+        kept, tps, hs = {}, {name: [] for name, _ in parsed}, {name: [] for name, _ in parsed}
         for r in range(rounds):
             for name in _round_order([n for n, _ in parsed], r):
                 cs = sets[name]; start = cs[0].offset
                 tps[name].append(tokens_per_s(cs))
                 if name not in kept: kept[name] = held(cs)
+                hs[name].append(host(cs))
                 if can_trim_prompt_cache(cs):   # back to `context` tokens for the next round
                     trim_prompt_cache(cs, cs[0].offset - start)
                     if cs[0].offset != start: raise RuntimeError(f"{name}: trimming the caches left {cs[0].offset} tokens, not {start}")
                 else: sets[name] = filled(dict(parsed)[name], context)
         ref = tps[parsed[0][0]] if parsed and parsed[0][1] == "fp16" else None
         for name, _ in parsed:
-            rows.append(row(context, name, tps[name], ref, kept[name]))
+            rows.append(row(context, name, tps[name], ref, kept[name], hs[name]))
             if progress: progress(rows[-1])
         del sets
         mx.clear_cache()
     return rows
 
+def _host_bound(r) -> bool:
+    "Whether a whole-model row's host ms (`_host_steps`) reach `HOST_BOUND` of its pipelined step's ms"
+    return r.get('host_ms') is not None and r['host_ms'] >= HOST_BOUND * 1e3 / r['tokens_per_s']
+
 def decode_table(rows) -> str:
-    "The whole-model rows as a markdown table (with rounds: the median ratio to fp16 and, where they differ, the rounds' range)"
-    out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    """The whole-model rows as a markdown table (with rounds: the median ratio to fp16 and, where they differ, the rounds'
+    range; host / step ms: `_host_steps`' host ms beside the pipelined step's ms, marked * where the host bound the
+    decode), and under it a line naming the host-bound rows"""
+    out = ["| context | scheme | decode tokens/s | vs fp16 | KV cache MiB | bits / value | host / step ms |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
+        hs = "-" if r.get('host_ms') is None else f"{r['host_ms']:.2f} / {1e3 / r['tokens_per_s']:.2f}{' *' if _host_bound(r) else ''}"
         out.append(f"| {r['context']:,} | {r['scheme']} | {r['tokens_per_s']:.1f} | {_fmt(r['vs_fp16'], '.2f')}x{_spread(r, 'vs_fp16')} | "
-                   f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} |")
+                   f"{r['nbytes'] / 2**20:.1f} | {_fmt(r.get('bits_per_value'), '.2f')} | {hs} |")
+    bound = [f"{r['context']:,} {r['scheme']}" for r in rows if _host_bound(r)]
+    if bound:
+        out.append(f"\n* the host bound these decodes ({', '.join(bound)}): building and submitting a step (one at a time) took "
+                   f"{HOST_BOUND:.0%} or more of a pipelined step's time, so their speed is the host's, not the cache's; a "
+                   "faster host (or a larger model) shows what the caches change")
     return "\n".join(out)
 
 # %% ../nbs/11b_bench.ipynb #5ceb46de
