@@ -37,6 +37,7 @@
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
 #       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
+#       stage256 (bench/stage256_gemma.py: a Gemma-3-shaped model ($SHAPE, default gemma-3-1b) at $CTX (32768), fp16 / auto:5 / auto:5 with stage 0 on its staging layers, $ROUNDS (4) rounds in one process: what the d256 calibrated stage gives a decode step; its planning and three fills took more than 190 s on 2026-12-02)
 #       stagecheck (decode steps with staged tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
 #       packcheck / packmodel (the folded kernels' constants packed as one input: staged-kernel checks and decode steps; whole model against .kvq_base, 8 rounds at 32K)
@@ -630,5 +631,6 @@ case $part in
            timeout ${T2:-240} python3 $S --shape ${SHAPE:-gemma-3-1b} --kv ${KV:-fp16 auto:5} --rounds ${R:-3} --skip-layer > "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" 2>&1
            echo "== $w ($i)"; grep -E "^\| (median|peak)|Error|reference" "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" | head -3 | cut -c1-200; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
+  stage256) timeout ${LIMIT:-540} python3 bench/stage256_gemma.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --rounds ${ROUNDS:-4} --steps 32 > "$O/run.log" 2>&1; tail -14 "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac

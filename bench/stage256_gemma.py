@@ -16,9 +16,9 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.append(str(Path(__file__).resolve().parent)); sys.path.append(str(Path(__file__).resolve().parents[1]))
-from decode_step_profile import filled, pipelined
+from decode_step_profile import pipelined
 from mlx_kvq.attention import stage_capacity
-from mlx_kvq.bench import shape_model
+from mlx_kvq.bench import shape_model, bench_caches, bench_calibration, _bench_scheme, _fill
 from mlx_kvq.integrate import probe_kv_shapes
 
 
@@ -40,8 +40,15 @@ def main():
     model = shape_model(a.shape, dtype); shapes = probe_kv_shapes(model)
     print(f"{a.shape} (random weights), {str(dtype).split('.')[-1]}, {a.context:,} tokens; {platform.system()} {platform.machine()}, MLX {mx.__version__} "
           f"{'GPU' if mx.default_device() == mx.gpu else 'CPU'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-    sets = {'fp16': filled(model, 'fp16', a.context, dtype, shapes)[0], 'auto:5': filled(model, 'auto:5', a.context, dtype, shapes)[0]}
-    unstaged = filled(model, 'auto:5', a.context, dtype, shapes)[0]
+    t0 = time.perf_counter()
+    say = lambda what: print(f"# {time.perf_counter() - t0:6.1f} s  {what}", flush=True)   # where a run cut by its time limit stopped
+    calib = bench_calibration(model, ['auto:5'])[0]; say('auto:5 planned')   # once: both auto:5 sets take this plan
+    def fill(scheme):
+        caches = bench_caches(model, _bench_scheme(scheme), **(calib if scheme != 'fp16' else {}))
+        for i, c in enumerate(caches): _fill(c, shapes[str(i)][1][:3], a.context, dtype, 7919 * i)
+        say(f'{scheme} filled'); return caches
+    sets = {'fp16': fill('fp16'), 'auto:5': fill('auto:5')}
+    unstaged = fill('auto:5')
     for c in unstaged:
         if hasattr(c, 'stage') and hasattr(c, 'k_codec'): c.stage = 0
     sets['auto:5, stage 0'] = unstaged
@@ -50,6 +57,7 @@ def main():
     for r in range(a.rounds):
         for n in (list(sets) if r % 2 == 0 else list(sets)[::-1]): tps[n].append(pipelined(model, sets[n], a.steps))
         print(json.dumps(dict(round=r, tps={n: round(v[-1], 1) for n, v in tps.items()})), flush=True)
+        for c in (c for cs in sets.values() for c in cs): c.trim(c.offset - a.context) if c.offset > a.context and c.is_trimmable() else None   # back to the context
     for n, v in tps.items():
         rat = [x / f for x, f in zip(v, tps['fp16'])]
         print(f"| {n} | {st.median(v):.1f} | {min(v):.1f}-{max(v):.1f} | {st.median(rat):.2f}x ({min(rat):.2f}-{max(rat):.2f}) |")
