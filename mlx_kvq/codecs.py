@@ -218,11 +218,18 @@ class CachedSide:
         d = self.head.shape[-1] if self.head is not None else (self.tail.shape[-1] if self.tail is not None else None)
         return (ref.shape[0], ref.shape[1], self._len(self.head) + self.n_quantized + self._len(self.tail), d)
     def dequantize(self, dtype=mx.float32):
-        "Every token of this side in full precision (for tests and conversions, not for attention)"
+        """Every token of this side in full precision (for tests and conversions, not for attention). Staged tokens are
+        encoded and decoded in one call with the stored ones (their parts joined along the tokens), so a token decodes to
+        the same floats staged or stored: on a GPU a decode of one row need not round as a decode of many does (a lone
+        staged token of a d256 calibrated cache did not on an H200, `bench/h200_20261202e/`)"""
         xs = [x.astype(dtype) for x in (self.head,) if x is not None]
-        if self.n_quantized: xs.append(self.codec.decode(self.parts, dtype))
-        if self.tail is not None:
-            xs.append(self.codec.decode(self.codec.encode(self.tail), dtype) if self.staged is not None and self.tail.shape[-2] else self.tail.astype(dtype))
+        parts, tail = (self.parts if self.n_quantized else None), self.tail
+        if tail is not None and tail.shape[-2] and self.staged is not None:
+            enc = self.codec.encode(tail)
+            parts = enc if parts is None else tuple(mx.concatenate([p, e], axis=-2) for p, e in zip(parts, enc))
+            tail = None
+        if parts is not None: xs.append(self.codec.decode(parts, dtype))
+        if tail is not None: xs.append(tail.astype(dtype))
         return mx.concatenate(xs, axis=-2)
 
 def _gqa_mask(mask, B, Hkv, G, Lq, Lk):
