@@ -219,9 +219,10 @@ class CachedSide:
         return (ref.shape[0], ref.shape[1], self._len(self.head) + self.n_quantized + self._len(self.tail), d)
     def dequantize(self, dtype=mx.float32):
         """Every token of this side in full precision (for tests and conversions, not for attention). Staged tokens are
-        encoded and decoded in one call with the stored ones (their parts joined along the tokens), so a token decodes to
-        the same floats staged or stored: on a GPU a decode of one row need not round as a decode of many does (a lone
-        staged token of a d256 calibrated cache did not on an H200, `bench/h200_20261202e/`)"""
+        encoded and decoded in one call with the stored ones (their parts joined along the tokens), as one decode over
+        the same rows as a cache that stored them: on an H200 a lone staged token of a d256 calibrated cache, decoded
+        apart, came out other floats than its codes did among the stored ones (`bench/h200_20261202e/`; the joint
+        decode is not yet checked there)"""
         xs = [x.astype(dtype) for x in (self.head,) if x is not None]
         parts, tail = (self.parts if self.n_quantized else None), self.tail
         if tail is not None and tail.shape[-2] and self.staged is not None:
