@@ -18,5 +18,5 @@ python3 -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 
 if [ "${1:-}" = "--install-only" ]; then exit 0; fi
 [ -e "$OPENBLAS" ] && export LD_PRELOAD="$OPENBLAS${LD_PRELOAD:+:$LD_PRELOAD}"
-# two pytest workers (pytest-xdist): 14-26 minutes on 2 cores (clean-clone runs of .ci/run: 534 tests, pytest 1,462-1,527 s on 2026-12-02 (541 tests later that day: 872 s with the emulator builds kept), much of it the kernel emulator's g++ builds, kept per machine in $KVQ_EMULATOR_CACHE or the temp dir; 499 tests, 789-910 s on 2026-12-01)
+# two pytest workers (pytest-xdist): 14-26 minutes on 2 cores (clean-clone runs of .ci/run: 534 tests, pytest 1,462-1,527 s on 2026-12-02 (541 tests later that day: 872 s with the emulator builds kept; 547 items that afternoon: 979 s), much of it the kernel emulator's g++ builds, kept per machine in $KVQ_EMULATOR_CACHE or the temp dir; 499 tests, 789-910 s on 2026-12-01)
 exec python3 -m pytest -n "${KVQ_TEST_WORKERS:-2}" "$@"
