@@ -5,7 +5,7 @@ update of that class take the traced encode (MLX operations) and warns once; thi
 reason, and the codes that differ from the traced encode (`_encode_default`) on the same input; then whether a codec's
 decode of a token's parts alone is bit-equal to its decode among 3,001 tokens.
 
-    python3 bench/cal_guard_cuda.py [--out FILE]
+    python3 bench/cal_guard_cuda.py [--out FILE] [--decode-only]
 
 Written 2026-12-02 for the question `bench/h200_20261202d/README.md` left: a d256 stage's first token (encoded alone
 by `dequantized`) differed from the pair kernel's codes on the H200 while the kernel-written tokens did not."""
@@ -32,10 +32,11 @@ def codes_differ(kc, a, b, D):
 
 
 def main():
-    p = argparse.ArgumentParser(); p.add_argument('--out', default=None); a = p.parse_args()
+    p = argparse.ArgumentParser(); p.add_argument('--out', default=None)
+    p.add_argument('--decode-only', action='store_true', help="only the last section (one token's decode against the same token's among 3,001)"); a = p.parse_args()
     print(f"cal_guard_cuda: MLX {mx.__version__}, {mx.default_device()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     rows = []
-    for D in (64, 128, 256):
+    for D in () if a.decode_only else (64, 128, 256):
         kc, vc = calibrated(4, 0, D), calibrated(5, 1, D)
         for dt in (mx.float16, mx.bfloat16, mx.float32):
             for n in (1, 4, 64):

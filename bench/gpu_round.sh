@@ -37,6 +37,7 @@
 #       status1 (one layer per call and Gemma's shape, every scheme vs fp16: about 4 min)
 #       status2 (`mlx-kvq bench --whole-model llama-3.2-1b`, fp16 / turbo:4 / affine:4 / affine:8,4 at 32K and 131K, 64 steps: about 8 min)
 #       calupdate (the calibrated codecs' cache update, encode plain vs traced, bench/calibrated_update_cuda.py: about 1 min)
+#       d256next (what 2026-12-02's last session could not run: the d256 staged check (is same_dequantized true now that dequantize decodes staged and stored tokens in one call?), one token's decode against many (cal_guard_cuda.py --decode-only), and mlx-kvq bench --whole-model's new host column at 131K: about 6 min)
 #       stage256 (bench/stage256_gemma.py: a Gemma-3-shaped model ($SHAPE, default gemma-3-1b) at $CTX (32768), fp16 / auto:5 / auto:5 with stage 0 on its staging layers, $ROUNDS (4) rounds in one process: what the d256 calibrated stage gives a decode step; its planning and three fills took more than 190 s on 2026-12-02)
 #       stagecheck (decode steps with staged tokens, CodecKVCache.stage=3, 8 steps: two stages quantized; about 4 min)
 #       stagediag (bench/check_staged_cuda.py: staged-token kernels step by step against CPU references, their halves apart: about 2 min)
@@ -631,6 +632,9 @@ case $part in
            timeout ${T2:-240} python3 $S --shape ${SHAPE:-gemma-3-1b} --kv ${KV:-fp16 auto:5} --rounds ${R:-3} --skip-layer > "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" 2>&1
            echo "== $w ($i)"; grep -E "^\| (median|peak)|Error|reference" "$O/${SHAPE:-gemma-3-1b}_${w}_$i.log" | head -3 | cut -c1-200; done ;;
   calupdate) timeout 200 python3 bench/calibrated_update_cuda.py > "$O/run.log" 2>&1; cat "$O/run.log" | tail -12 ;;
+  d256next) timeout ${L1:-200} python3 bench/check_staged_cuda.py --cases "calibrated 4o/5o d256" > "$O/staged.log" 2>&1; grep -c '"same_dequantized": false' "$O/staged.log"; tail -1 "$O/staged.log" | cut -c1-500
+            timeout ${L2:-120} python3 bench/cal_guard_cuda.py --decode-only > "$O/decode_rows.log" 2>&1; grep decode_rows "$O/decode_rows.log"
+            timeout ${L3:-200} python3 -m mlx_kvq bench --whole-model llama-3.2-1b --kv fp16 turbo:4 affine:8,4 --context 131072 --rounds 3 > "$O/whole.log" 2>&1; grep -E "^\\||^\\*" "$O/whole.log" ;;
   stage256) timeout ${LIMIT:-540} python3 bench/stage256_gemma.py --shape ${SHAPE:-gemma-3-1b} --context ${CTX:-32768} --rounds ${ROUNDS:-4} --steps 32 > "$O/run.log" 2>&1; tail -14 "$O/run.log"; grep -c "using the reference" "$O/run.log" ;;
   *) echo "unknown part $part (checks | check | steps | layer | model | ncu | variants)"; exit 2 ;;
 esac
