@@ -2,7 +2,8 @@
 step's token (stage 0), fed the same tokens and queries through `attend` (the folded kernel that quantizes the staged
 tokens itself, `attention_kernels._tail_source`, once verified). What must hold: both caches hold the same codes at
 every step (`side_codes` bit-equal: the staged tokens as their codec encodes them against the pair kernel's stored
-ones; `same_dequantized`: their decoded floats, which on the GPU may differ by rounding where the codes do not), the two outputs agree to float32 rounding (float32 models: the kernel's in-kernel codes and norms are the
+ones; `same_dequantized`: their decoded floats, which on the H200 differed at a lone staged token where the codes did not,
+while `dequantize` decoded staged tokens apart from the stored ones), the two outputs agree to float32 rounding (float32 models: the kernel's in-kernel codes and norms are the
 stored ones; one differing code would show as ~1e-3), and each output is within the final path's bar of the reference
 (`codec_attention` on the CPU stream, float32). The quantize kernels are verified on a scratch cache first: until
 2026-11-28 a kernel's first use returned the reference implementation's codes, which may differ from the kernel's at a
@@ -34,19 +35,12 @@ def rel(a, b):
 
 
 def side_codes(cache):
-    """Every token's stored parts (codes and their scalars) of both sides, in token order: the stored tokens' parts, then
-    the staged tokens as their codec encodes them (what the cache will store). Compared as parts, not as dequantized floats:
-    until 2026-12-02 this check compared `dequantized()`, which decodes a stage's tokens apart from the stored ones, and on
-    the H200 a lone staged token of the d256 calibrated case (one KV head) decoded to other floats than the same codes
-    among the stored tokens (cause not pinned down; `bench/h200_20261202e/README.md`), so equal codes read as unequal"""
-    out = []
-    for side in cache._fetch():
-        parts = list(side.parts) if side.n_quantized else None
-        if side.tail is not None and side.tail.shape[-2] and side.staged is not None:
-            enc = side.codec.encode(side.tail)
-            parts = list(enc) if parts is None else [mx.concatenate([a, b], axis=-2) for a, b in zip(parts, enc)]
-        out += parts or []
-    return out
+    """Every token's parts (codes and their scalars) of both sides, in token order: the stored tokens' parts, then the
+    staged tokens as their codec encodes them (`CachedSide.quantized_parts`). Compared as parts, not only as dequantized
+    floats: on the H200 a lone staged token of the d256 calibrated case (one KV head), decoded apart from the stored
+    tokens as `dequantize` did until 2026-12-02, came out other floats than the same codes among the stored tokens
+    (cause not pinned down; `bench/h200_20261202e/README.md`)"""
+    return [p for side in cache._fetch() for p in side.quantized_parts() or ()]
 
 
 def case(name, kbits, vbits, B, Hkv, G, D, n0, dtype, stage=8, steps=20):

@@ -26,8 +26,9 @@ from mlx_kvq.integrate import probe_kv_shapes
 from knobs import apply_knobs; apply_knobs()   # KVQ_KNOBS="NAME=VALUE ..." (bench/knobs.py)
 
 
-def filled(model, scheme, context, dtype, shapes, seed=0):
-    caches = bench_caches(model, _bench_scheme(scheme), **bench_calibration(model, [scheme], None, seed)[0])   # auto:B: planned as `mlx-kvq bench` plans it
+def filled(model, scheme, context, dtype, shapes, seed=0, calib=None):
+    "`calib`: `bench_calibration`'s keywords, planned once by the caller (default: planned here, as `mlx-kvq bench` plans auto:B)"
+    caches = bench_caches(model, _bench_scheme(scheme), **(calib if calib is not None else bench_calibration(model, [scheme], None, seed)[0]))
     fetched = [_fill(c, shapes[str(i)][1][:3], context, dtype, seed + 7919 * i) for i, c in enumerate(caches)]
     return caches, fetched
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.append(str(Path(__file__).resolve().parent)); sys.path.append(str(Path(__file__).resolve().parents[1]))
-from decode_step_profile import pipelined
+from decode_step_profile import filled, pipelined
 from mlx_kvq.attention import stage_capacity
-from mlx_kvq.bench import shape_model, bench_caches, bench_calibration, _bench_scheme, _fill
+from mlx_kvq.bench import shape_model, bench_calibration
 from mlx_kvq.integrate import probe_kv_shapes
 
 
@@ -36,6 +36,7 @@ def main():
     p.add_argument('--shape', default='gemma-3-1b'); p.add_argument('--context', type=int, default=32768)
     p.add_argument('--rounds', type=int, default=4); p.add_argument('--steps', type=int, default=32)
     a = p.parse_args()
+    if a.context < 2 or a.rounds < 1 or a.steps < 1: p.error(f"--context must be 2 or more and --rounds / --steps 1 or more (got {a.context}, {a.rounds}, {a.steps})")
     dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
     model = shape_model(a.shape, dtype); shapes = probe_kv_shapes(model)
     print(f"{a.shape} (random weights), {str(dtype).split('.')[-1]}, {a.context:,} tokens; {platform.system()} {platform.machine()}, MLX {mx.__version__} "
@@ -44,8 +45,7 @@ def main():
     say = lambda what: print(f"# {time.perf_counter() - t0:6.1f} s  {what}", flush=True)   # where a run cut by its time limit stopped
     calib = bench_calibration(model, ['auto:5'])[0]; say('auto:5 planned')   # once: both auto:5 sets take this plan
     def fill(scheme):
-        caches = bench_caches(model, _bench_scheme(scheme), **(calib if scheme != 'fp16' else {}))
-        for i, c in enumerate(caches): _fill(c, shapes[str(i)][1][:3], a.context, dtype, 7919 * i)
+        caches = filled(model, scheme, a.context, dtype, shapes, calib=calib if scheme != 'fp16' else {})[0]
         say(f'{scheme} filled'); return caches
     sets = {'fp16': fill('fp16'), 'auto:5': fill('auto:5')}
     unstaged = fill('auto:5')
@@ -57,7 +57,8 @@ def main():
     for r in range(a.rounds):
         for n in (list(sets) if r % 2 == 0 else list(sets)[::-1]): tps[n].append(pipelined(model, sets[n], a.steps))
         print(json.dumps(dict(round=r, tps={n: round(v[-1], 1) for n, v in tps.items()})), flush=True)
-        for c in (c for cs in sets.values() for c in cs): c.trim(c.offset - a.context) if c.offset > a.context and c.is_trimmable() else None   # back to the context
+        for c in (c for cs in sets.values() for c in cs):   # back to the context where a cache can be trimmed
+            if c.offset > a.context and c.is_trimmable(): c.trim(c.offset - a.context)
     for n, v in tps.items():
         rat = [x / f for x, f in zip(v, tps['fp16'])]
         print(f"| {n} | {st.median(v):.1f} | {min(v):.1f}-{max(v):.1f} | {st.median(rat):.2f}x ({min(rat):.2f}-{max(rat):.2f}) |")

@@ -217,20 +217,23 @@ class CachedSide:
         ref = next(x for x in (self.head, self.tail, *(self.storage or ())) if x is not None)   # (the storage: batch and heads without slicing it to `parts`)
         d = self.head.shape[-1] if self.head is not None else (self.tail.shape[-1] if self.tail is not None else None)
         return (ref.shape[0], ref.shape[1], self._len(self.head) + self.n_quantized + self._len(self.tail), d)
+    def _staged_tail(self): return self.staged is not None and self.tail is not None and self.tail.shape[-2] > 0
+    def quantized_parts(self):
+        "The parts of every quantized token in token order (the stored ones, then the staged ones as the codec encodes them, joined along the tokens), or None"
+        parts = self.parts if self.n_quantized else None
+        if self._staged_tail():
+            enc = self.codec.encode(self.tail)
+            parts = enc if parts is None else tuple(mx.concatenate([p, e], axis=-2) for p, e in zip(parts, enc))
+        return parts
     def dequantize(self, dtype=mx.float32):
         """Every token of this side in full precision (for tests and conversions, not for attention). Staged tokens are
-        encoded and decoded in one call with the stored ones (their parts joined along the tokens), as one decode over
-        the same rows as a cache that stored them: on an H200 a lone staged token of a d256 calibrated cache, decoded
-        apart, came out other floats than its codes did among the stored ones (`bench/h200_20261202e/`; the joint
-        decode is not yet checked there)"""
+        decoded in one call with the stored ones (`quantized_parts`), over the same rows as a cache that stored them: on
+        an H200 a lone staged token of a d256 calibrated cache, decoded apart, came out other floats than its codes did
+        among the stored ones (`bench/h200_20261202e/d256b/`; the joint decode is not yet checked there)"""
         xs = [x.astype(dtype) for x in (self.head,) if x is not None]
-        parts, tail = (self.parts if self.n_quantized else None), self.tail
-        if tail is not None and tail.shape[-2] and self.staged is not None:
-            enc = self.codec.encode(tail)
-            parts = enc if parts is None else tuple(mx.concatenate([p, e], axis=-2) for p, e in zip(parts, enc))
-            tail = None
+        parts = self.quantized_parts()
         if parts is not None: xs.append(self.codec.decode(parts, dtype))
-        if tail is not None: xs.append(tail.astype(dtype))
+        if self.tail is not None and not self._staged_tail(): xs.append(self.tail.astype(dtype))
         return mx.concatenate(xs, axis=-2)
 
 def _gqa_mask(mask, B, Hkv, G, Lq, Lk):

@@ -347,8 +347,9 @@ def test_a_staging_cache_batches(cuda):
 
 def test_staged_tokens_decode_with_the_stored_ones(cuda):
     """`dequantized()` mid-stage decodes the stored and the staged tokens in one decode call (the staged tokens' parts
-    joined to the stored ones), so a token's floats do not depend on whether it is staged: on an H200 a lone staged token
-    decoded apart (one row) came out other floats than the same codes among the stored ones (`bench/h200_20261202e/`)"""
+    joined to the stored ones, `CachedSide.quantized_parts`), over the same rows as a cache that stored them all: on an
+    H200 a lone staged token decoded apart came out other floats than the same codes among the stored ones
+    (`bench/h200_20261202e/d256b/`)"""
     a, b = pair(4)
     k, v = tokens(10 + 2)
     for c in (a, b): c.update_and_fetch(k[:, :, :10], v[:, :, :10])
